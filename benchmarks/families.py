@@ -116,6 +116,10 @@ FAMILIES = (
     Family("avgpool5x5s1.tl", "avg pool 5x5 s1 pad 2 (count pad)", dict(C=4, H=9, W=8)),
     Family("avgpool5x5s2.tl", "avg pool 5x5 s2 pad 2 (count pad)", dict(C=4, H=9, W=8)),
     Family("stem_maxpool.tl", "stem conv 7x7 s2 pad 3 -> max pool 3x3 s2 pad 1", dict(K=8, H=16, W=15)),
+    Family("maxpool3x3s2_nhwc.tl", "NHWC max pool 3x3 s2 pad 1", dict(C=4, H=9, W=8)),
+    Family("maxpool2x2s2_nhwc.tl", "NHWC max pool 2x2 s2", dict(C=4, H=6, W=8)),
+    Family("global_avgpool_nhwc.tl", "NHWC global average pool 7x7", dict(C=8)),
+    Family("depthwise3x3_nhwc.tl", "NHWC depthwise conv 3x3", dict(C=8, H=6, W=5)),
 )
 
 

@@ -102,6 +102,14 @@ CASES: dict[str, tuple[dict[str, int], Formula]] = {
     # 136 output channels (two tiles of 68): the conv -> pool chain kept on chip by default (pool_chain.py)
     "stem_maxpool": (dict(N=2, K=136, H=40, W=45), lambda a, q: {
         "Y": windows(pad(q(conv(pad(a["X"], 3), a["Wt"], stride=2)), 1, value=-np.inf), 3, 2).max(axis=0)}),
+    # channels-last (NHWC) rows: the NCHW formulas on X moved to channels-first and the result moved back
+    "maxpool3x3s2_nhwc": (dict(N=2, C=160, H=21, W=30), lambda a, q: {
+        "Y": last(windows(pad(first(a["X"]), 1, value=-np.inf), 3, 2).max(axis=0))}),
+    "maxpool2x2s2_nhwc": (dict(N=2, C=160, H=14, W=12),
+                          lambda a, q: {"Y": last(windows(first(a["X"]), 2, 2).max(axis=0))}),
+    "global_avgpool_nhwc": (dict(N=2, C=300), lambda a, q: {"Y": q(a["X"].sum(axis=(1, 2))) / 49}),
+    "depthwise3x3_nhwc": (dict(N=2, C=144, H=22, W=27), lambda a, q: {
+        "Y": last(conv(first(a["X"]), a["Wt"].transpose(2, 0, 1)[:, None], groups=a["X"].shape[3]))}),
 }
 
 
@@ -110,6 +118,16 @@ def upconv2x2(a: Arrays) -> np.ndarray:
     t = np.einsum("nchw,ckij->nkhiwj", a["X"], a["Wt"]) + a["b"][None, :, None, None, None, None]
     n, k, h, _, w, _ = t.shape
     return t.reshape(n, k, 2 * h, 2 * w)
+
+
+def first(x: np.ndarray) -> np.ndarray:
+    """NHWC -> NCHW."""
+    return x.transpose(0, 3, 1, 2)
+
+
+def last(x: np.ndarray) -> np.ndarray:
+    """NCHW -> NHWC."""
+    return x.transpose(0, 2, 3, 1)
 
 
 def resnet_block(a: Arrays, q) -> np.ndarray:

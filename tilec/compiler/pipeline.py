@@ -39,7 +39,7 @@ from tilec.compiler.schedule import (ConvPlan, EltwisePlan, ReducePlan, default_
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
-from tilec.compiler.schedule import fmt_directive, sbuf_budget
+from tilec.compiler.schedule import fmt_directive, inner_pool_plan, sbuf_budget
 from tilec.compiler.fusers import AHEAD, AHEAD_TILES
 from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
 from tilec.compiler.dma_streams import columns_ahead, cut_apart
@@ -357,6 +357,9 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             built = _scheduled(program, target)(op, plan, hbm, _fresh(names, op))
         elif type(op) is ColumnReduceOp and (op.dim("R") % plan.parts or op.dim("F") % plan.free):
             raise Unhonoured(op.name, rules_colragged.refusal(op, plan), "tile")
+        elif isinstance(op, PoolOp) and "K" in dict(op.dims) and plan != inner_pool_plan(op):
+            raise Unhonoured(op.name, "it pools axes with dimensions after them, which a builder of its own "
+                                      "lays out (build_pool_axes.py); it takes no directives yet", "any")
         elif type(op) is ReduceOp and any(plan_settings(plan)):
             raise Unhonoured(op.name, "its rows are scheduled by a builder of its own (short rows, several per "
                                       "partition), which has no such loop or tile")
@@ -458,8 +461,8 @@ def plan_settings(plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def _unhonoured(e: Unhonoured, ops: tuple, directives: tuple) -> tuple:
     """(message, span, hint) at the first `unroll`/`buffers` directive of op `e.op`."""
-    d = next(d for d in directives if d.name in ((e.kind,) if e.kind else ("unroll", "buffers")) and
-             op_for(d, ops).name == e.op)
+    kinds = (e.kind,) if e.kind not in ("", "any") else ("unroll", "buffers")  # "any": the op's first directive
+    d = next(d for d in directives if (e.kind == "any" or d.name in kinds) and op_for(d, ops).name == e.op)
     return (f"`{d.name}` cannot apply to {e.op}: {e.message}", d.span, "remove the directive")
 
 

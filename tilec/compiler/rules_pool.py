@@ -34,8 +34,10 @@ from dataclasses import dataclass, replace
 
 from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.build_conv import Fresh
+from tilec.compiler.build_pool_axes import axes_prims, build_pool_axes
 from tilec.compiler.ir import Buf, Stmt
 from tilec.compiler.ops import PoolOp
+from tilec.compiler.pool_axes import is_inner
 from tilec.compiler.pool_costs import psum_choice
 from tilec.compiler.pool_passes import PoolShared
 from tilec.compiler.pool_window import WindowPool
@@ -48,6 +50,8 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> list[Prim]:
     """The schedule of a window pool as primitives (printable; `build_window_pool` lowers it); dtypes: X's and Y's,
     to say whether the pass along x reads X through PSUM."""
+    if is_inner(op):
+        return axes_prims(op, dtypes or ("f32", "f32"))
     w = op.window
     assert w is not None
     (sy, sx), (oy, ox) = w.stride, w.offset
@@ -85,6 +89,8 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
 
 def build_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     """Every standalone pool (overlapping, strided, padded, or window == stride: `windowed` makes that explicit)."""
+    if is_inner(op):  # window axes with dimensions after them (NHWC): a builder of its own
+        return build_pool_axes(op, hbm, fresh)
     return build_window_pool(op.windowed(), plan, hbm, fresh)
 
 

@@ -286,9 +286,17 @@ def window_pool_plan(op: PoolOp, dtypes: tuple[str, str] | None = None) -> PoolP
     return PoolPlan(parts, min(band, ho), blocks)
 
 
+def inner_pool_plan(op: PoolOp) -> PoolPlan:
+    """The plan of a pool over axes with dimensions after them: a placeholder (build_pool_axes chooses its layout
+    itself); a directive changing it is refused."""
+    return PoolPlan(op.dim("B"), op.dim("Ho"))
+
+
 def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
     if isinstance(op, ConvOp):
         return _default_conv(op, dtypes)
+    if isinstance(op, PoolOp) and "K" in dict(op.dims):  # build_pool_axes.py: its layout is its own (no knobs)
+        return inner_pool_plan(op)
     if isinstance(op, PoolOp):
         x, y = dtypes.get(op.src, "f32"), dtypes.get(op.out, "f32")
         return window_pool_plan(op.windowed(), (x, y))
@@ -426,6 +434,8 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
             ds.append(directive("buffers", op.x, plan.x_bufs))
         ds += [directive("unroll", v(r)) for r in plan.unroll]
         return tuple(ds)
+    if isinstance(plan, PoolPlan) and "K" in dict(op.dims):  # (build_pool_axes takes no directives yet)
+        return ()
     if isinstance(plan, PoolPlan):  # (no `tile` of b when one loop is both b and the rows: a 2-D pool, B = 1)
         channels = () if v("b") == v("i") else (directive("tile", v("b"), plan.tile_b),)
         return (*channels, directive("split", v("i"), plan.band))

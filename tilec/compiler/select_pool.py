@@ -9,6 +9,7 @@ import numpy as np
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_relu, strip_scale
 from tilec.compiler.lower import Comp
+from tilec.compiler.pool_axes import inner_pool, pooled_axes, prod
 from tilec.compiler.ops import PoolOp, PoolSpec, Window, index_maps, plain, reads, reject
 from tilec.lang import syntax as sx
 from tilec.lang.functions import ACCUMULATE
@@ -34,7 +35,7 @@ def select_pool(comp: Comp, program) -> PoolOp:
     if len(maps) != len(comp.out_vars):  # e.g. a row sum s[i] += A[i, j]: zip below would silently drop j
         raise reject(comp, f"a reduction over a whole dimension ({inner.tensor} has {len(maps)} indices, "
                            f"{comp.target} {len(comp.out_vars)}) is not supported; a pool keeps every dimension "
-                           "and reduces windows of its last two", inner.span)
+                           "and reduces windows of two adjacent ones", inner.span)
     windows, strides, offsets = [], [], []
     for pos, ((coefs, const), v) in enumerate(zip(maps, comp.out_vars)):
         reds = [r for r in coefs if r in comp.red_vars]
@@ -45,12 +46,14 @@ def select_pool(comp: Comp, program) -> PoolOp:
         windows.append(comp.extent(reds[0]) if reds else 1)
         strides.append(coefs[v])
         offsets.append(const)
-    if len(windows) < 2 or any(w != 1 for w in windows[:-2]):
-        raise reject(comp, "only the last two dimensions may be pooled", inner.span)
     shape = program.tensors[inner.tensor].shape
+    a = pooled_axes(comp, inner, windows, strides, offsets)
     rows = 1
-    for d in shape[:-2]:
+    for d in shape[:a]:
         rows *= d
+    if a + 2 < len(shape):  # the window axes have dimensions after them (NHWC): pool_axes.py
+        dims_in = shape[:a + 2] + (prod(shape[a + 2:]),)
+        return inner_pool(comp, inner, a, (windows, strides, offsets), rows, dims_in, scale, relu)
     assert comp.red_op is not None  # a pool is a reduction
     op = ACCUMULATE[comp.red_op]
     pool = PoolSpec(windows[-2], windows[-1], op, scale)
@@ -68,7 +71,7 @@ _IDENTITY = {"maximum": float("-inf"), "minimum": float("inf"), "add": 0.0}
 
 
 def _window(comp: Comp, inner: sx.Access, op: str, windows: list[int], strides: list[int], offsets: list[int],
-            extent: tuple[int, ...]) -> Window:
+            extent: tuple[int, ...], at: int = -2) -> Window:
     """The overlapping / strided / padded window of a pool (rules_pool.py), checked: the padding is the reduction's
     identity (it then never counts) and every window reads at least one element of the input."""
     if inner.fill is not None and inner.fill != _IDENTITY[op]:
@@ -76,12 +79,13 @@ def _window(comp: Comp, inner: sx.Access, op: str, windows: list[int], strides: 
         raise reject(comp, f"a padded {'sum' if op == 'add' else op[:3]} pool must pad with {want} (the padding "
                            f"then never counts); here it pads with {inner.fill:g}", inner.span,
                      f"write `{fmt_expr(replace(inner, fill=None))} ?? {want}`")
-    out = (comp.extent(comp.out_vars[-2]), comp.extent(comp.out_vars[-1]))
+    at %= len(inner.indices)  # (the position of the first window axis: the last two unless pool_axes.py's)
+    out = (comp.extent(comp.out_vars[at]), comp.extent(comp.out_vars[at + 1]))
     for axis in range(2):
         for o in range(out[axis]):
             first = o * strides[axis] + offsets[axis]
             if first + windows[axis] <= 0 or first >= extent[axis]:
-                raise reject(comp, f"window {o} of index {len(inner.indices) - 2 + axis} of {inner.tensor} lies "
+                raise reject(comp, f"window {o} of index {at + axis} of {inner.tensor} lies "
                                    "wholly in the padding (no element of the input)", inner.span,
                              "pad by less than the window: padding <= window / 2, as torch requires")
     return Window((strides[0], strides[1]), (offsets[0], offsets[1]), out)
@@ -109,7 +113,8 @@ def fuse_pool_divide(op: PoolOp, comps: tuple[Comp, ...], i: int, program, consu
     op = op.windowed()  # (window == stride: the window made explicit, the count evaluated over its outputs)
     assert op.window is not None
     ho, wo = op.window.out
-    grid = _grid(d, nxt.out_vars[-2], nxt.out_vars[-1], ho, wo, program.sizes)
+    at = comps[i].out_vars.index(dict(op.vars)["i"])  # (the window axes: the last two, or pool_axes.py's)
+    grid = _grid(d, nxt.out_vars[at], nxt.out_vars[at + 1], ho, wo, program.sizes)
     if grid is None or not np.all(grid != 0):
         return written
     scale, count = op.pool.scale, op.window.count
