@@ -31,6 +31,7 @@ from tilec.testing.oracle import Verdict, check_outputs, prepare  # noqa: E402
 
 FOLDER = ROOT / "tests" / "programs" / "gaps15"
 USER20 = ROOT / "tests" / "programs" / "user20"  # user20's survey (its test: tests/compiler/test_user20_programs.py)
+USER23 = ROOT / "tests" / "programs" / "user23"  # user23's survey (its test: tests/compiler/test_user23_programs.py)
 SLOW = 3.0
 MIN_US = 5.0  # below this the DMA fixed costs dominate any floor: tiny programs are not called slow
 
@@ -100,6 +101,13 @@ REALISTIC: dict[str, dict[str, int]] = {
     "masked_mean": {"B": 32, "S": 512, "D": 768},
     "layernorm_hidden": {"M": 4096, "D": 1024},
     "layernorm_bf16_stats": {"M": 4096, "D": 1024},
+    # user23 (tests/programs/user23/): refused or an internal error before session 23
+    "sqdist": {"M": 4096, "N": 4096, "D": 128},  # (D + 1 = 129: the norms' row is a second contraction tile)
+    "sqdist@d127": {"M": 4096, "N": 4096, "D": 127},
+    "sqdist@d64": {"M": 4096, "N": 4096, "D": 64},
+    "sqdist_matmul": {"M": 4096, "N": 4096, "D": 128},  # the expansion written out: ab through HBM
+    "gram_style": {"N": 8, "C": 256, "H": 32, "W": 32},
+    "normalize_rows": {"M": 4096, "D": 1024},
 }
 
 
@@ -109,7 +117,7 @@ def realistic(names: list[str], target: str = "trn2") -> None:
         if names and name not in names and name.split("@")[0] not in names:
             continue
         path = FOLDER / f"{name.split('@')[0]}.tl"
-        path = path if path.exists() else USER20 / path.name
+        path = path if path.exists() else USER20 / path.name if (USER20 / path.name).exists() else USER23 / path.name
         t0 = time.time()
         floor, bound = floor_us(lang.load(path, sizes), tgt)
         latency, startup = model_us(path, sizes, tgt)

@@ -5,6 +5,7 @@ result comes after it."""
 from __future__ import annotations
 
 from tilec.compiler.const_split import split_constant_outputs
+from tilec.compiler.distance_split import split_squared_distances
 from tilec.compiler.fission import distribute_reductions
 from tilec.compiler.gap_split import split_gapped_reductions
 from tilec.compiler.init_split import split_broadcast_inits
@@ -13,6 +14,7 @@ from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
                                       split_mixed_broadcasts, split_modulo_reads, split_self_products)
 from tilec.compiler.matvec_split import split_batched_matvec
+from tilec.compiler.merge_split import merge_reduced_runs
 from tilec.compiler.operand_split import split_contraction_operands
 from tilec.compiler.pad_split import split_padded_reads
 from tilec.compiler.permute_split import (split_permuted_eltwise, split_reshape_copies, split_shifted_reads,
@@ -27,8 +29,10 @@ from tilec.lang import syntax as sx
 
 REWRITES = (
     split_merged_dims,  # `Y[n, c * G + g] = X[n, g * Cg + c]`: views [.., Cg, G, ..] (view_split.py)
+    merge_reduced_runs,  # `G += F[n, c, h, w] * F[n, d, h, w]`: (h, w) as one loop over F's view (merge_split.py)
     split_packed_heads,  # `P[h, i, j] += Q[i, h * D + d] * ..`: Q copied as Q_h[h, i, d] first (heads_split.py)
     distribute_reductions,  # two reductions in one loop nest: one nest each (fission.py)
+    split_squared_distances,  # `D += (A[i, k] - B[j, k])^2`: norms + one matmul (distance_split.py)
     split_summed_products,  # `Y += A * B + C * D`: one contraction a term, each from the last (sum_split.py)
     split_batched_matvec,  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
     split_shifted_stores,  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)
