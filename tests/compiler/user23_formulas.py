@@ -76,6 +76,12 @@ def alibi_scores(a):
     return {"P": _softmax(sc)}
 
 
+def alibi_pos(a):
+    pos = a["pos"]
+    sc = np.einsum("hid,hjd->hij", a["Q"], a["K"]) / math.sqrt(a["Q"].shape[2])
+    return {"P": _softmax(sc + a["slope"][:, None, None] * (pos[None, None, :] - pos[None, :, None]))}
+
+
 def relpos_bias(a):
     s = a["Q"].shape[1]
     rel = np.arange(s)[:, None] - np.arange(s)[None, :] + s - 1

@@ -50,7 +50,7 @@ def split_in_place_epilogues(program):
 
     for t, top in enumerate(body):
         st = only_assign(top)
-        if st is None or st.op != "=" or st.target.tensor not in kernel.outputs:
+        if st is None or st.op != "=" or st.target.tensor in {p.name for p in kernel.params}:
             continue
         name = st.target.tensor
         if not all(isinstance(ix, sx.Name) for ix in st.target.indices):
