@@ -108,6 +108,8 @@ REALISTIC: dict[str, dict[str, int]] = {
     "sqdist_matmul": {"M": 4096, "N": 4096, "D": 128},  # the expansion written out: ab through HBM
     "gram_style": {"N": 8, "C": 256, "H": 32, "W": 32},
     "normalize_rows": {"M": 4096, "D": 1024},
+    "cosine_matrix": {"M": 4096, "N": 4096, "D": 128},  # (scale_split: the column factor scales B's rows)
+    "alibi_pos": {"Hd": 8, "S": 1024, "D": 64},  # (an intermediate finished in place: inplace_split)
 }
 
 

@@ -80,3 +80,16 @@ def test_gram_of_a_4d_map_views_the_input_with_its_pixels_merged():
     assert prog.tensors["F"].shape == (2, 32, 64) and prog.views == {"F": (2, 32, 8, 8)}
     source = compile_loaded(lang.load((FOLDER / "gram_style.tl").read_text())).source
     assert ".reshape(" in source
+
+
+def test_scales_along_the_columns_move_into_the_operands():
+    """cosine_matrix's `dot * rsqrt(aa[i] + e) * rsqrt(bb[j] + e)`: each row's and column's factor scales A's and
+    B's rows before the matmul (the result then leaves PSUM finished); a factor reading both i and j stays."""
+    from tilec.compiler.scale_split import split_column_scales
+
+    prog = split_column_scales(lang.load((FOLDER / "cosine_matrix.tl").read_text()))
+    assert {"A_s", "B_s"} <= set(prog.tensors) and prog.tensors["B_s"].shape == (80, 32)
+    both = (FOLDER / "cosine_matrix.tl").read_text().replace(
+        "dot[i, j] * rsqrt(aa[i] + 0.00000001) * rsqrt(bb[j] + 0.00000001)", "dot[i, j] * rsqrt(aa[i] + bb[j])")
+    plain = lang.load(both)
+    assert split_column_scales(plain) is plain

@@ -21,6 +21,7 @@ from tilec.compiler.permute_split import (split_permuted_eltwise, split_reshape_
                                           split_transposed_reads)
 from tilec.compiler.packed_rows import split_short_rows
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
+from tilec.compiler.scale_split import split_column_scales
 from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.sum_split import split_summed_products
 from tilec.compiler.view_split import split_merged_dims
@@ -33,6 +34,7 @@ REWRITES = (
     split_packed_heads,  # `P[h, i, j] += Q[i, h * D + d] * ..`: Q copied as Q_h[h, i, d] first (heads_split.py)
     distribute_reductions,  # two reductions in one loop nest: one nest each (fission.py)
     split_squared_distances,  # `D += (A[i, k] - B[j, k])^2`: norms + one matmul (distance_split.py)
+    split_column_scales,  # `S = dot[i, j] * r[j]` after `dot += A[i, k] * B[j, k]`: B's rows scaled (scale_split.py)
     split_summed_products,  # `Y += A * B + C * D`: one contraction a term, each from the last (sum_split.py)
     split_batched_matvec,  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
     split_shifted_stores,  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)
