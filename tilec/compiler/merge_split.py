@@ -110,16 +110,12 @@ def _merged_nest(top: sx.Stmt, reduced: list[sx.Loop], var: str, runs: dict[str,
 
 
 def _merged_expr(e: sx.Expr, var: str, runs: dict[str, Run]) -> sx.Expr:
-    if isinstance(e, sx.Access) and e.tensor in runs:
-        first, n = runs[e.tensor]
-        return replace(e, indices=e.indices[:first] + (sx.Name(var, e.span),) + e.indices[first + n:])
-    if isinstance(e, sx.BinOp):
-        return replace(e, lhs=_merged_expr(e.lhs, var, runs), rhs=_merged_expr(e.rhs, var, runs))
-    if isinstance(e, sx.Neg):
-        return replace(e, x=_merged_expr(e.x, var, runs))
-    if isinstance(e, sx.Call):
-        return replace(e, args=tuple(_merged_expr(a, var, runs) for a in e.args))
-    return e
+    def read(a: sx.Access) -> sx.Expr:
+        if a.tensor not in runs:
+            return a
+        first, n = runs[a.tensor]
+        return replace(a, indices=a.indices[:first] + (sx.Name(var, a.span),) + a.indices[first + n:])
+    return sx.map_reads(e, read)
 
 
 def _merged_shape(shape: tuple[sx.Expr, ...], run: Run) -> tuple[sx.Expr, ...]:
