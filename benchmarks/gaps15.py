@@ -105,7 +105,8 @@ REALISTIC: dict[str, dict[str, int]] = {
     "sqdist": {"M": 4096, "N": 4096, "D": 128},  # (D + 1 = 129: the norms' row is a second contraction tile)
     "sqdist@d127": {"M": 4096, "N": 4096, "D": 127},
     "sqdist@d64": {"M": 4096, "N": 4096, "D": 64},
-    "sqdist_matmul": {"M": 4096, "N": 4096, "D": 128},  # the expansion written out: ab through HBM
+    "sqdist_matmul": {"M": 4096, "N": 4096, "D": 128},  # the expansion written out (distance_split's terms)
+    "sqdist_matmul@d127": {"M": 4096, "N": 4096, "D": 127},
     "gram_style": {"N": 8, "C": 256, "H": 32, "W": 32},
     "normalize_rows": {"M": 4096, "D": 1024},
     "cosine_matrix": {"M": 4096, "N": 4096, "D": 128},  # (scale_split: the column factor scales B's rows)

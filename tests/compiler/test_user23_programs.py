@@ -104,3 +104,15 @@ def test_an_intermediate_finished_in_place_is_split_only_when_it_reads_another_t
     assert "Sc_acc" in alibi.tensors
     ffn = lang.load((FOLDER.parent / "gaps15" / "ffn_gelu.tl").read_text())
     assert split_in_place_epilogues(ffn) is ffn
+
+
+def test_row_and_column_terms_ride_in_the_contraction():
+    """sqdist_matmul's `aa[i] - 2 * ab[i, j] + bb[j]`: ab's matmul starts from aa and has bb as one more row of its
+    operands (K + 1 = 33 columns), so Dm is a copy of ab; a term of both i and j stays (no rewrite)."""
+    from tilec.compiler.distance_split import split_row_column_terms
+
+    src = (FOLDER / "sqdist_matmul.tl").read_text()
+    prog = split_row_column_terms(lang.load(src))
+    assert prog.tensors["ab_Aa"].shape == (96, 33) and prog.tensors["ab_Ba"].shape == (80, 33)
+    plain = lang.load(src.replace("+ bb[j]", "+ bb[j] * aa[i]"))
+    assert split_row_column_terms(plain) is plain

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tilec.compiler.exprs import accesses
 from tilec.compiler.names import unique
 from tilec.compiler.rewrite import perfect_nest, rechecked, taken_names
 from tilec.lang import syntax as sx
@@ -96,19 +97,97 @@ def _expanded(names: dict[str, str], i_loop: sx.Loop, j_loop: sx.Loop, k_loop: s
     def loop(lp: sx.Loop, *stmts: sx.Stmt, stop: sx.Expr | None = None) -> sx.Loop:
         return sx.Loop(lp.var, lp.start, stop or lp.stop, stmts, lp.span)
 
-    i, j, kk = (sx.Name(lp.var, span) for lp in (i_loop, j_loop, k_loop))
+    i = sx.Name(i_loop.var, span)
     out: list[sx.Stmt] = []
     for norm, rows, x in (("aa", i_loop, p), ("bb", j_loop, q)):
         row = sx.Name(rows.var, span)
         out.append(loop(rows, sx.Assign(at(names[norm], row), "=", sx.Num(0), span),
                         loop(k_loop, sx.Assign(at(names[norm], row), "+=", sx.BinOp("*", x, x, span), span))))
     scaled = sx.BinOp("*", sx.Num(-2), p, span)
-    out += [loop(i_loop, loop(k_loop, sx.Assign(at(names["Aa"], i, kk), "=", scaled, span))),
+    return out + augmented(names, (i_loop, j_loop, k_loop), init.target, (scaled, q),
+                           (at(names["aa"], i), at(names["bb"], sx.Name(j_loop.var, span))))
+
+
+def augmented(names: dict[str, str], loops: tuple[sx.Loop, sx.Loop, sx.Loop], target: sx.Access,
+              operands: tuple[sx.Expr, sx.Expr], terms: tuple[sx.Expr, sx.Expr]) -> list[sx.Stmt]:
+    """`target[i, j] = row_term; for k in 0..K + 1: target += Aa[i, k] * Ba[j, k]` with Aa = [P | 1] and Ba =
+    [Q | column_term] (names["Aa"], names["Ba"], declared by the caller with K + 1 columns): P Q^T plus a term of
+    the row (the start: a bias along the output's partitions) and one of the column (the extra row of the
+    contraction)."""
+    (i_loop, j_loop, k_loop), span = loops, target.span
+    (p, q), (row_term, column_term) = operands, terms
+    wide = sx.BinOp("+", k_loop.stop, sx.Num(1), span)
+    i, j, k = (sx.Name(lp.var, span) for lp in loops)
+
+    def at(name: str, *ix: sx.Expr) -> sx.Access:
+        return sx.Access(name, tuple(ix), span)
+
+    def loop(lp: sx.Loop, *stmts: sx.Stmt, stop: sx.Expr | None = None) -> sx.Loop:
+        return sx.Loop(lp.var, lp.start, stop or lp.stop, stmts, lp.span)
+
+    product = sx.BinOp("*", at(names["Aa"], i, k), at(names["Ba"], j, k), span)
+    return [loop(i_loop, loop(k_loop, sx.Assign(at(names["Aa"], i, k), "=", p, span))),
             loop(i_loop, sx.Assign(at(names["Aa"], i, k_loop.stop), "=", sx.Num(1), span)),
-            loop(j_loop, loop(k_loop, sx.Assign(at(names["Ba"], j, kk), "=", q, span))),
-            loop(j_loop, sx.Assign(at(names["Ba"], j, k_loop.stop), "=", at(names["bb"], j), span))]
-    product = sx.BinOp("*", at(names["Aa"], i, kk), at(names["Ba"], j, kk), span)
-    update = sx.Assign(init.target, "+=", product, span)
-    out.append(loop(i_loop, loop(j_loop, replace(init, value=at(names["aa"], i)),
-                                 loop(k_loop, update, stop=wide))))
+            loop(j_loop, loop(k_loop, sx.Assign(at(names["Ba"], j, k), "=", q, span))),
+            loop(j_loop, sx.Assign(at(names["Ba"], j, k_loop.stop), "=", column_term, span)),
+            loop(i_loop, loop(j_loop, sx.Assign(target, "=", row_term, span),
+                              loop(k_loop, sx.Assign(target, "+=", product, span), stop=wide)))]
+
+
+def split_row_column_terms(program):
+    """The expansion written out, `ab[i, j] += A[i, k] * B[j, k]` then `Dm[i, j] = aa[i] - 2 * ab[i, j] + bb[j]`
+    (one reader of the sum, a sum of terms of which one is the sum times a constant and each other reads the row's
+    loop variable alone or the column's alone): the terms ride in the contraction as distance_split's do, the row's
+    as its start, the column's as one more row of the operands, and the reader becomes a copy of the finished sum
+    (an eviction, not an HBM round trip: a column's vector is no eviction epilogue). Done for the contractions
+    scale_split takes (P read at (i, k), Q at (j, k)); the same object when there is none."""
+    from tilec.compiler.exprs import product_factors
+    from tilec.compiler.scale_split import _contraction, _only_reader, _reader_vars, _renamed, _vars, _with_value
+    from tilec.compiler.sum_split import _terms
+    kernel = program.kernel
+    taken = taken_names(kernel)
+    decls: list[sx.Decl] = []
+    body: list[list[sx.Stmt]] = [[st] for st in kernel.body]
+    for n, top in enumerate(kernel.body):
+        found = _contraction(top, kernel.outputs)
+        reader = _only_reader(kernel.body, n, found[1].target.tensor) if found else None
+        if found is None or reader is None or None in found[2]:
+            continue
+        (loops, update, (p, q)), (m, st) = found, reader
+        at = _reader_vars(kernel.body[m], st, update.target.tensor, loops)
+        terms = _terms(st.value, 1)
+        own = [(sign, t) for sign, t in terms if any(a.tensor == update.target.tensor for a in accesses(t))]
+        if at is None or len(own) != 1:
+            continue
+        factors, const = product_factors(own[0][1])
+        if factors != [_read_of(st, update)]:
+            continue
+        rest = [(sign, t) for sign, t in terms if not any(a.tensor == update.target.tensor for a in accesses(t))]
+        rows = [(sign, _renamed(t, at[0], loops[0].var)) for sign, t in rest if _vars(t) <= {at[0]}]
+        cols = [(sign, _renamed(t, at[1], loops[1].var)) for sign, t in rest if _vars(t) == {at[1]}]
+        if len(rows) + len(cols) != len(rest) or not cols:
+            continue
+        span = update.span
+        names = {base: unique(f"{update.target.tensor}_{base}", taken) for base in ("Aa", "Ba")}
+        taken |= set(names.values())
+        wide = sx.BinOp("+", loops[2].stop, sx.Num(1), span)
+        decls += [sx.Decl(names[b], sx.TensorType("f32", (lp.stop, wide), span), span)
+                  for b, lp in (("Aa", loops[0]), ("Ba", loops[1]))]
+        factor = own[0][0] * const
+        scaled = p if factor == 1 else sx.BinOp("*", sx.Num(factor), p, span)
+        body[n] = augmented(names, (loops[0], loops[1], loops[2]), update.target, (scaled, q),
+                            (_signed_sum(rows, span), _signed_sum(cols, span)))
+        body[m] = [_with_value(kernel.body[m], st, _read_of(st, update))]
+    return rechecked(program, decls, [st for part in body for st in part])
+
+
+def _read_of(st: sx.Assign, update: sx.Assign) -> sx.Access:
+    """The reader's read of the contraction's result."""
+    return next(a for a in accesses(st.value) if a.tensor == update.target.tensor)
+
+
+def _signed_sum(terms: list[tuple[int, sx.Expr]], span) -> sx.Expr:
+    out: sx.Expr = sx.Num(0, span)
+    for sign, t in terms:
+        out = t if out == sx.Num(0) and sign > 0 else sx.BinOp("+" if sign > 0 else "-", out, t, span)
     return out

@@ -5,7 +5,7 @@ result comes after it."""
 from __future__ import annotations
 
 from tilec.compiler.const_split import split_constant_outputs
-from tilec.compiler.distance_split import split_squared_distances
+from tilec.compiler.distance_split import split_row_column_terms, split_squared_distances
 from tilec.compiler.fission import distribute_reductions
 from tilec.compiler.gap_split import split_gapped_reductions
 from tilec.compiler.init_split import split_broadcast_inits
@@ -35,6 +35,7 @@ REWRITES = (
     distribute_reductions,  # two reductions in one loop nest: one nest each (fission.py)
     split_squared_distances,  # `D += (A[i, k] - B[j, k])^2`: norms + one matmul (distance_split.py)
     split_column_scales,  # `S = dot[i, j] * r[j]` after `dot += A[i, k] * B[j, k]`: B's rows scaled (scale_split.py)
+    split_row_column_terms,  # `Dm = aa[i] - 2 * ab[i, j] + bb[j]`: the terms in ab's matmul (distance_split)
     split_summed_products,  # `Y += A * B + C * D`: one contraction a term, each from the last (sum_split.py)
     split_batched_matvec,  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
     split_shifted_stores,  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)

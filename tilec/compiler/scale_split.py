@@ -43,8 +43,9 @@ def split_column_scales(program):
             continue
         (loops, update, operands), (m, st) = found, reader
         tensor = update.target.tensor
-        at = _reader_vars(kernel.body[m], st, tensor, loops)
         factors = _factors(st.value, "*")
+        in_factors = [f for _, f in factors if isinstance(f, sx.Access) and f.tensor == tensor]
+        at = _reader_vars(kernel.body[m], st, tensor, loops) if len(in_factors) == 1 else None
         kept = list(factors)
         for own, lp, operand in zip(at or (), loops, operands):
             moved = [f for f in factors if _vars(f[1]) == {own} and not _reads(f[1], tensor)]
@@ -133,11 +134,10 @@ def _only_reader(body: tuple[sx.Stmt, ...] | list[sx.Stmt], n: int, tensor: str)
 
 
 def _reader_vars(top: sx.Stmt, st: sx.Assign, tensor: str, loops: list[sx.Loop]) -> tuple[str, str] | None:
-    """The reader's loop variables at T's row and column when it reads T once, at two plain loop variables, as a
-    factor of its product, each loop running over all of T's from 0 (what moved factors are evaluated at)."""
+    """The reader's loop variables at T's row and column when it reads T once, at two plain loop variables, each
+    loop running over all of T's from 0 (what moved factors or terms are evaluated at)."""
     reads = [a for a in accesses(st.value) if a.tensor == tensor]
-    in_factors = [f for _, f in _factors(st.value, "*") if isinstance(f, sx.Access) and f.tensor == tensor]
-    if len(reads) != 1 or len(in_factors) != 1 or not all(isinstance(ix, sx.Name) for ix in reads[0].indices):
+    if len(reads) != 1 or not all(isinstance(ix, sx.Name) for ix in reads[0].indices):
         return None
     x, y = (ix.id for ix in reads[0].indices if isinstance(ix, sx.Name))
     own, _ = perfect_nest(top)
