@@ -18,6 +18,7 @@ from tilec.compiler.lower import size_value
 from tilec.compiler.names import unique
 from tilec.compiler.reduce_split import index_vars
 from tilec.compiler.rewrite import perfect_nest, resolved, taken_names
+from tilec.compiler.scale_split import _factors
 from tilec.lang import syntax as sx
 
 Run = tuple[int, int]  # the first merged dimension and the number merged
@@ -61,6 +62,9 @@ def _contraction_runs(top: sx.Stmt, inputs: set[str], program):
     if len(reduced) < 2 or not isinstance(update, sx.Assign) or update.op != "+=" \
             or not isinstance(init, sx.Assign) or init.target != update.target:
         return None
+    factors = [f for _, f in _factors(update.value, "*") if accesses(f)]
+    if len(factors) != 2 or not all(isinstance(f, sx.Access) for f in factors):
+        return None  # (a sum of one tensor over a run, a pool: the reduction rules take the run as it is)
     if any(a.tensor in inputs for a in accesses(init.value)):
         return None  # (the start keeps its reads whole: an input it reads is left unmerged)
     names = [lp.var for lp in reduced]
