@@ -16,10 +16,11 @@ from tilec.lang import syntax as sx
 
 
 def _contraction(value: sx.Expr) -> bool:
-    """A product of two or more tensor reads (and constants)."""
+    """A product of two or more tensor reads (and constants), not all the same read (`X[i, j] * X[i, j]` is a
+    reduction's square, which keeps its form)."""
     from tilec.compiler.exprs import product_factors
     factors, _ = product_factors(value)
-    return len(factors) >= 2 and all(isinstance(f, sx.Access) for f in factors)
+    return len(factors) >= 2 and all(isinstance(f, sx.Access) for f in factors) and len(set(factors)) > 1
 
 
 def fold_value_sizes(program):
