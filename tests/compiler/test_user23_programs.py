@@ -116,3 +116,12 @@ def test_row_and_column_terms_ride_in_the_contraction():
     assert prog.tensors["ab_Aa"].shape == (96, 33) and prog.tensors["ab_Ba"].shape == (80, 33)
     plain = lang.load(src.replace("+ bb[j]", "+ bb[j] * aa[i]"))
     assert split_row_column_terms(plain) is plain
+
+
+@pytest.mark.parametrize("name", ["sqdist", "sqdist_matmul", "cosine_matrix", "gram_style", "normalize_rows",
+                                  "alibi_pos"])
+def test_rewritten_programs_match_numpy_in_bf16(name):
+    """The programs this branch's rewrites compile, with every tensor bf16 (their temporaries stay f32)."""
+    prog, _, out, a = run_signed((FOLDER / f"{name}.tl").read_text(), "bf16", seed=3)
+    for tensor, want in FORMULAS[name](a).items():
+        assert_matches(prog, tensor, out[tensor], want)
