@@ -142,7 +142,8 @@ def split_row_column_terms(program):
     (an eviction, not an HBM round trip: a column's vector is no eviction epilogue). Done for the contractions
     scale_split takes (P read at (i, k), Q at (j, k)); the same object when there is none."""
     from tilec.compiler.exprs import product_factors
-    from tilec.compiler.scale_split import _contraction, _only_reader, _reader_vars, _renamed, _vars, _with_value
+    from tilec.compiler.scale_split import (_contraction, _only_reader, _reader_vars, _renamed, _vars, _with_value,
+                                            moved_reads, written_from)
     from tilec.compiler.sum_split import _terms
     kernel = program.kernel
     taken = taken_names(kernel)
@@ -165,7 +166,7 @@ def split_row_column_terms(program):
         rest = [(sign, t) for sign, t in terms if not any(a.tensor == update.target.tensor for a in accesses(t))]
         rows = [(sign, _renamed(t, at[0], loops[0].var)) for sign, t in rest if _vars(t) <= {at[0]}]
         cols = [(sign, _renamed(t, at[1], loops[1].var)) for sign, t in rest if _vars(t) == {at[1]}]
-        if len(rows) + len(cols) != len(rest) or not cols:
+        if len(rows) + len(cols) != len(rest) or not cols or written_from(kernel.body, n, moved_reads(rest)):
             continue
         span = update.span
         names = {base: unique(f"{update.target.tensor}_{base}", taken) for base in ("Aa", "Ba")}

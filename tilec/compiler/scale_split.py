@@ -49,7 +49,7 @@ def split_column_scales(program):
         kept = list(factors)
         for own, lp, operand in zip(at or (), loops, operands):
             moved = [f for f in factors if _vars(f[1]) == {own} and not _reads(f[1], tensor)]
-            if not moved or operand is None:
+            if not moved or operand is None or written_from(kernel.body, n, moved_reads(moved)):
                 continue
             name = unique(f"{operand.tensor}_s", taken)
             taken.add(name)
@@ -84,6 +84,16 @@ def _scaled_copy(name: str, operand: sx.Access, loops: list[sx.Loop], moved: lis
         lp = next(lp for lp in loops if lp.var == v)
         copy = sx.Loop(v, lp.start, lp.stop, (copy,), lp.span)
     return copy
+
+
+def moved_reads(exprs: list[Factor]) -> set[str]:
+    return {a.tensor for _, e in exprs for a in accesses(e)}
+
+
+def written_from(body: tuple[sx.Stmt, ...], n: int, tensors: set[str]) -> bool:
+    """Some top-level statement from the n-th on writes one of `tensors`: what moves before the n-th (into the
+    contraction's operands) would read them unwritten or early."""
+    return any(st.target.tensor in tensors for top in body[n:] for st in _assigns(top))
 
 
 def _contraction(top: sx.Stmt, outputs: tuple[str, ...]):
