@@ -125,3 +125,13 @@ def test_rewritten_programs_match_numpy_in_bf16(name):
     prog, _, out, a = run_signed((FOLDER / f"{name}.tl").read_text(), "bf16", seed=3)
     for tensor, want in FORMULAS[name](a).items():
         assert_matches(prog, tensor, out[tensor], want)
+
+
+@pytest.mark.parametrize("name", ["sqdist", "gram_style", "cosine_matrix"])
+def test_rewritten_programs_match_numpy_in_nki_01(name):
+    """The rewrites are source-level (augmented operands, a merged view, scaled operands): NKI 0.1 runs them too."""
+    from compiler_helpers import compile_and_run
+
+    prog, _, inputs, out = compile_and_run((FOLDER / f"{name}.tl").read_text(), "0.1")
+    for tensor, want in FORMULAS[name]({k: np.asarray(v, np.float64) for k, v in inputs.items()}).items():
+        assert_matches(prog, tensor, out[tensor], want)
