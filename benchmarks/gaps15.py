@@ -31,6 +31,7 @@ from tilec.testing.oracle import Verdict, check_outputs, prepare  # noqa: E402
 
 FOLDER = ROOT / "tests" / "programs" / "gaps15"
 USER20 = ROOT / "tests" / "programs" / "user20"  # user20's survey (its test: tests/compiler/test_user20_programs.py)
+USER23 = ROOT / "tests" / "programs" / "user23"  # user23's survey (its test: tests/compiler/test_user23_programs.py)
 SLOW = 3.0
 MIN_US = 5.0  # below this the DMA fixed costs dominate any floor: tiny programs are not called slow
 
@@ -103,6 +104,16 @@ REALISTIC: dict[str, dict[str, int]] = {
     "batchnorm_infer": {"N": 8, "C": 64, "H": 56, "W": 56},
     "layernorm_hidden": {"M": 4096, "D": 1024},
     "layernorm_bf16_stats": {"M": 4096, "D": 1024},
+    # user23 (tests/programs/user23/): refused or an internal error before session 23
+    "sqdist": {"M": 4096, "N": 4096, "D": 128},  # (D + 1 = 129: the norms' row is a second contraction tile)
+    "sqdist@d127": {"M": 4096, "N": 4096, "D": 127},
+    "sqdist@d64": {"M": 4096, "N": 4096, "D": 64},
+    "sqdist_matmul": {"M": 4096, "N": 4096, "D": 128},  # the expansion written out (distance_split's terms)
+    "sqdist_matmul@d127": {"M": 4096, "N": 4096, "D": 127},
+    "gram_style": {"N": 8, "C": 256, "H": 32, "W": 32},
+    "normalize_rows": {"M": 4096, "D": 1024},
+    "cosine_matrix": {"M": 4096, "N": 4096, "D": 128},  # (scale_split: the column factor scales B's rows)
+    "alibi_pos": {"Hd": 8, "S": 1024, "D": 64},  # (an intermediate finished in place: inplace_split)
 }
 
 
@@ -112,7 +123,7 @@ def realistic(names: list[str], target: str = "trn2") -> None:
         if names and name not in names and name.split("@")[0] not in names:
             continue
         path = FOLDER / f"{name.split('@')[0]}.tl"
-        path = path if path.exists() else USER20 / path.name
+        path = path if path.exists() else USER20 / path.name if (USER20 / path.name).exists() else USER23 / path.name
         t0 = time.time()
         floor, bound = floor_us(lang.load(path, sizes), tgt)
         latency, startup = model_us(path, sizes, tgt)

@@ -7,8 +7,9 @@ one write a new tensor, `O_acc`, which the last one reads:
     O[i, d] = O_acc[i, d] / z[i]           # an element-wise statement (or an epilogue fused on the eviction)
 
 O_acc has O's dtype: the reference rounds the finished sum to O's dtype before the last statement reads it. Done
-only when the last statement is alone in its top-level nest, writes O at plain loop variables, reads O only at
-the element it writes, is no relu / relu6 of that element alone (the eviction's own epilogue, compiled as is), and
+only when the last statement is alone in its top-level nest, writes O at plain loop variables (O an output, or an
+intermediate when the statement also reads another tensor: `Sc = Sc * s + bias[h, j]`), reads O only at the
+element it writes, is no relu / relu6 of that element alone (the eviction's own epilogue, compiled as is), and
 an earlier top-level statement accumulates into O with `+=`; no later statement may write O."""
 from __future__ import annotations
 
@@ -50,11 +51,13 @@ def split_in_place_epilogues(program):
 
     for t, top in enumerate(body):
         st = only_assign(top)
-        if st is None or st.op != "=" or st.target.tensor not in kernel.outputs:
+        if st is None or st.op != "=" or st.target.tensor in {p.name for p in kernel.params}:
             continue
         name = st.target.tensor
         if not all(isinstance(ix, sx.Name) for ix in st.target.indices):
             continue
+        if name not in kernel.outputs and all(a.tensor == name for a in accesses(st.value)):
+            continue  # an intermediate's `h = gelu(h)`: the eviction's epilogue (the FFN's hidden layer)
         own = [a for a in accesses(st.value) if a.tensor == name]
         if not own or any(a.indices != st.target.indices or a.fill is not None for a in own):
             continue

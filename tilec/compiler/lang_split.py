@@ -15,10 +15,19 @@ from tilec.compiler.rewrite import leaves, perfect_nest, resolved
 from tilec.lang import syntax as sx
 
 
+def _contraction(value: sx.Expr) -> bool:
+    """A product of two or more tensor reads (and constants), not all the same read (`X[i, j] * X[i, j]` is a
+    reduction's square, which keeps its form)."""
+    from tilec.compiler.exprs import product_factors
+    factors, _ = product_factors(value)
+    return len(factors) >= 2 and all(isinstance(f, sx.Access) for f in factors) and len(set(factors)) > 1
+
+
 def fold_value_sizes(program):
     """The program with each element-wise (`=`) statement's constant subexpressions that read a size folded into a
     number; the same object when no statement reads a size in its value. Reductions keep their form (their rules
-    fold `X / (H * W)` themselves)."""
+    fold `X / (H * W)` themselves), except contractions (`G += F[..] * F[..] / (C * L)`: a constant factor of the
+    product is a number to their rules)."""
     sizes = program.sizes
     names = set(sizes)
     changed = False
@@ -43,10 +52,10 @@ def fold_value_sizes(program):
         if isinstance(st, sx.Loop):
             inner = loop_vars | {st.var}
             return replace(st, body=tuple(stmt(c, inner) for c in st.body))
-        if st.op != "=" or loop_vars & names:
+        if st.op not in ("=", "+=") or loop_vars & names:
             return st
         value = fold(st.value)
-        if value == st.value:
+        if value == st.value or st.op == "+=" and not _contraction(value):
             return st
         changed = True
         return replace(st, value=value)

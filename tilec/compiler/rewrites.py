@@ -4,8 +4,10 @@ statements over new temporaries (or views), then checks the rewritten kernel as 
 result comes after it."""
 from __future__ import annotations
 
+from tilec.compiler.channel_pack import split_channel_columns
 from tilec.compiler.const_split import split_constant_outputs
 from tilec.compiler.continue_split import split_continued_reductions
+from tilec.compiler.distance_split import split_row_column_terms, split_squared_distances
 from tilec.compiler.fission import distribute_reductions
 from tilec.compiler.gap_split import split_gapped_reductions
 from tilec.compiler.init_split import split_broadcast_inits
@@ -14,13 +16,14 @@ from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
                                       split_mixed_broadcasts, split_modulo_reads, split_self_products)
 from tilec.compiler.matvec_split import split_batched_matvec
+from tilec.compiler.merge_split import merge_reduced_runs
 from tilec.compiler.operand_split import split_contraction_operands
 from tilec.compiler.pad_split import split_padded_reads
 from tilec.compiler.permute_split import (split_permuted_eltwise, split_reshape_copies, split_shifted_reads,
                                           split_transposed_reads)
 from tilec.compiler.packed_rows import split_short_rows
-from tilec.compiler.channel_pack import split_channel_columns
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
+from tilec.compiler.scale_split import split_column_scales
 from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.sum_split import split_summed_products
 from tilec.compiler.tconv_split import split_floor_loops, split_transposed_convs
@@ -32,9 +35,13 @@ REWRITES = (
     split_floor_loops,  # `X[n, c, y / 2, x / 2] * Wt[c, k, y % 2, x % 2]`: y as 2 * y_q + y_r (tconv_split.py)
     split_merged_dims,  # `Y[n, c * G + g] = X[n, g * Cg + c]`: views [.., Cg, G, ..] (view_split.py)
     split_transposed_convs,  # `Y[n, k, y, a, x, b] += X * Wt[c, k, a, b]`: T[n, k, a, b, y, x] first (same)
+    merge_reduced_runs,  # `G += F[n, c, h, w] * F[n, d, h, w]`: (h, w) as one loop over F's view (merge_split.py)
     split_packed_heads,  # `P[h, i, j] += Q[i, h * D + d] * ..`: Q copied as Q_h[h, i, d] first (heads_split.py)
     distribute_reductions,  # two reductions in one loop nest: one nest each (fission.py)
     split_continued_reductions,  # `Y = 0; for k: Y += A B; for k: Y += C D`: a chain (continue_split.py)
+    split_squared_distances,  # `D += (A[i, k] - B[j, k])^2`: norms + one matmul (distance_split.py)
+    split_column_scales,  # `S = dot[i, j] * r[j]` after `dot += A[i, k] * B[j, k]`: B's rows scaled (scale_split.py)
+    split_row_column_terms,  # `Dm = aa[i] - 2 * ab[i, j] + bb[j]`: the terms in ab's matmul (distance_split)
     split_summed_products,  # `Y += A * B + C * D`: one contraction a term, each from the last (sum_split.py)
     split_batched_matvec,  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
     split_shifted_stores,  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)

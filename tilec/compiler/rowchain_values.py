@@ -64,6 +64,7 @@ class _ChainValues(_ChainBase):
                               ("multiply", self.col_view(s), True)))
 
     def combine(self, op: str, x: Value, y: Value) -> Value:
+        x, y = self.settled(x, y), self.settled(y, x)
         if isinstance(x, Lin) and isinstance(y, Lin):
             if op in "+-":
                 folded = self.lin_add(x, y if op == "+" else self.lin_scale(y, -1.0))
@@ -117,6 +118,7 @@ class _ChainValues(_ChainBase):
         return Col(self.act(None, x, f"{self.op.out}_tmp"))
 
     def step(self, op: str, x: Value, y: Value) -> Steps:
+        x, y = self.settled(x, y), self.settled(y, x)
         if isinstance(y, Steps) and not isinstance(x, Steps):
             return Steps(y.first, y.steps + ((op, self.operand(x), False),))
         if isinstance(x, Steps):
@@ -124,6 +126,19 @@ class _ChainValues(_ChainBase):
         if isinstance(y, Lin) and self.scalar(x) and not self.scalar(y):
             return Steps(self.start(y), ((op, self.operand(x), False),))
         return Steps(self.start(x), ((op, self.operand(y), True),))
+
+    def settled(self, v: Value, other: Value) -> Value:
+        """Steps over a column meeting a tile, computed into their column first: steps take their first operand's
+        shape, so `X * max(ss, c)` appended to the column's steps would make a column of the tile's product."""
+        if isinstance(v, Steps) and self.is_col(v) and not self.is_col(other):
+            return Lin(self.steps_view(v, None, f"{self.op.out}_tmp"))
+        return v
+
+    def is_col(self, v: Value) -> bool:
+        if isinstance(v, Lin):
+            return self.scalar(v)
+        first = v.first.base if isinstance(v.first, Lin) else v.first
+        return first is not None and first.shape()[1] == 1
 
     def start(self, x: Value) -> "View | Lin":
         """The first operand of VectorE steps: a tile as it is, or an affine map of one, which the steps' output

@@ -325,6 +325,12 @@ def check_expr(comp: Comp, e: sx.Expr) -> None:
         for a in e.args:
             check_expr(comp, a)
         return
+    if isinstance(e, sx.Name) and e.id in {v for v, _ in comp.extents}:
+        raise reject(comp, f"the loop variable `{e.id}` is used as a value (no instruction makes index values "
+                           "here yet)", e.span,
+                     "pass the values as a tensor read at the loop's indices (ALiBi's `j - i` as `pos[j] - pos[i]` "
+                     "with pos an input holding 0, 1, ..), or run the program on the reference evaluator "
+                     "meanwhile: `tilec run PROGRAM.tl --backend ref`")
     raise reject(comp, "unsupported expression", getattr(e, "span", None))
 
 
