@@ -1,0 +1,43 @@
+"""A standalone max or min pool's band of output rows from the model's costs. window_pool_plan's band takes ~16 KiB
+of input rows per partition, and the last band what is left: 56 output rows of a 112 x 112 image at stride 2 were
+bands of 18, 18, 18 and 2, the last one a band of its own loads and of as many small instructions as the others,
+each paying its engine's static cycles (nki-spec §2.4). Here the bands divide the rows evenly (ceil(Ho / nb) rows
+each), up to twice the input rows (the two input buffers of 32 KiB per partition stay a third of SBUF's 192 KiB),
+and the kernel keeps the candidate pool_costs.forms_ns estimates fastest (bands one after another, each band's
+busiest vector engine with its instructions' static cycles, its load and the DMA latency two buffers do not hide)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tilec.compiler import pool_knobs as knobs
+from tilec.compiler.ops import PoolOp
+from tilec.compiler.schedule import PoolPlan
+
+MAX_INPUT_BYTES = 32768  # a band's input rows per partition, counted at 4 bytes an element as window_pool_plan's
+GAIN = 0.98  # a candidate replaces the default band when its estimate is below this part of the default's
+
+
+def even_band(op: PoolOp, x: str, out: str, plan: PoolPlan) -> PoolPlan:
+    """plan with the band of the fastest even split of the output rows (knob EVEN_BANDS False: plan as it is).
+    Only for one block per tile, more than one tile (one tile keeps at least two bands, so that its load, passes
+    and store overlap), and max or min pools (a sum's band also sets its PSUM chunks and TensorE's rows, which
+    forms_ns does not estimate)."""
+    from tilec.compiler.pool_costs import forms_ns  # (late: pool_costs imports the plans' module)
+    w = op.window
+    assert w is not None
+    ho, sy, W = w.out[0], w.stride[0], op.dim("W")
+    if not knobs.EVEN_BANDS or plan.blocks != 1 or plan.across or plan.images != 1 or plan.band >= ho or \
+            op.pool.op not in ("maximum", "minimum") or op.dim("B") // plan.tile_b < 2:
+        return plan
+    cap = max(1, MAX_INPUT_BYTES // (sy * W * 4))
+    fewest = -(-ho // cap)
+    best, chosen = forms_ns(op, x, out, plan) * GAIN, plan
+    for nb in range(fewest, fewest + 4):
+        band = -(-ho // nb)
+        if band == plan.band or band < 1:
+            continue
+        ns = forms_ns(op, x, out, replace(plan, band=band))
+        if ns < best:
+            best, chosen = ns, replace(plan, band=band)
+    return chosen
