@@ -107,3 +107,11 @@ def test_even_bands_of_a_large_max_pool(monkeypatch):
     assert window_pool_plan(avg, ("f32", "f32")) == PoolPlan(128, 18)
     monkeypatch.setattr(pool_knobs, "EVEN_BANDS", False)
     assert window_pool_plan(op, ("bf16", "bf16")) == PoolPlan(128, 18)
+
+
+def test_even_bands_only_where_the_kernel_fits_sbuf():
+    """256 rows of 64 x 1024 f32, max 5x5 s1: bands of 8 rows would need 455 KiB of SBUF per partition (the kernel
+    with the default bands of 4 needs 263 and is refused too, as on main): the default band stays."""
+    op = PoolOp("Y", "Y", "X", (("B", 256), ("H", 64), ("W", 1024)), PoolSpec(5, 5, "maximum", 1.0),
+                (("b", "c"), ("i", "i"), ("j", "j")), window=Window((1, 1), (-2, -2), (64, 1024), "window"))
+    assert window_pool_plan(op, ("f32", "f32")) == PoolPlan(128, 4)
