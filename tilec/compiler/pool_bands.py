@@ -19,7 +19,6 @@ from tilec.compiler.schedule import PoolPlan, sbuf_budget
 from tilec.target import compiled
 
 MAX_INPUT_BYTES = 32768  # a band's input rows per partition, counted at 4 bytes an element as window_pool_plan's
-GAIN = 0.98  # a candidate replaces the default band when its estimate is below this part of the default's
 
 
 def even_band(op: PoolOp, x: str, out: str, plan: PoolPlan) -> PoolPlan:
@@ -36,7 +35,7 @@ def even_band(op: PoolOp, x: str, out: str, plan: PoolPlan) -> PoolPlan:
         return plan
     cap = max(1, MAX_INPUT_BYTES // (sy * W * 4))
     fewest = -(-ho // cap)
-    best, chosen = forms_ns(op, x, out, plan) * GAIN, plan
+    best, chosen = forms_ns(op, x, out, plan) * knobs.PLAN_GAIN, plan
     for nb in range(fewest, fewest + 4):
         band = -(-ho // nb)
         if band == plan.band or band < 1:

@@ -26,6 +26,8 @@ IMAGES: str | int = "auto"  # channel rows stacked per partition (pool_stack.cho
 #                             costs decide), "off", or k (forced where it fits; tests, measures)
 EVEN_BANDS = True  # a max or min pool's bands split its rows evenly when the costs say so (pool_bands.even_band;
 #                   False: window_pool_plan's ~16 KiB bands, tests, measures)
+PLAN_GAIN = 0.98  # a plan the costs estimate (stacked images, even bands) replaces window_pool_plan's when its
+#                  estimate is below this part of the default's (pool_stack.py, pool_bands.py)
 DOUBLING = True  # windows of 4 taps or more from SBUF by doubling (pool_doubling.py; False: tests, measures)
 ONE_BLOCK_DMA = True  # a band's (or a tile's) G row blocks loaded / stored as one DMA with blocks (pool_window.
 #                       one_store; False: one DMA per block, tests, measures)

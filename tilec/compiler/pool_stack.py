@@ -59,7 +59,9 @@ def y_segments(n: int, first: int, stride: int, window: int, height: int, images
 
 def choose_images(op: PoolOp, x: str, out: str, one: PoolPlan) -> PoolPlan | None:
     """A plan of k images per partition (k = 2..4) when the model's costs (pool_costs.forms_ns, each instruction
-    with its static cycles) make the kernel faster than `one` (schedule.window_pool_plan's); knob IMAGES ("auto",
+    with its static cycles) make the kernel faster than `one` (schedule.window_pool_plan's) by PLAN_GAIN (estimates
+    1.5 % better were 2.5-3.6 % slower kernels: f32 max 4x4 s2 over 1024 rows of 40 x 40, 47.14 -> 48.85 us,
+    and 2x2 s2 over 2048 rows, 60.31 -> 61.84); knob IMAGES ("auto",
     "off", or a k to force where it fits). Candidates keep full tiles of 128 partitions and their band within
     band_rows' ~16 KiB of input rows per partition."""
     from tilec.compiler.pool_costs import band_rows, forms_ns  # (late: pool_costs imports the plans' module)
@@ -67,7 +69,7 @@ def choose_images(op: PoolOp, x: str, out: str, one: PoolPlan) -> PoolPlan | Non
     assert w is not None
     if knobs.IMAGES == "off" or one.blocks != 1 or one.across:
         return None
-    best, chosen = (forms_ns(op, x, out, one) if knobs.IMAGES == "auto" else float("inf")), None
+    best, chosen = (forms_ns(op, x, out, one) * knobs.PLAN_GAIN if knobs.IMAGES == "auto" else float("inf")), None
     for k in ([int(knobs.IMAGES)] if knobs.IMAGES != "auto" else [2, 3, 4]):
         B = op.dim("B")
         if B % k or best_divisor(B // k, PMAX) != PMAX:
