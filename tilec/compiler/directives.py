@@ -481,7 +481,7 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int, ops: tuple = ()
     `compute_at conv, root` is the same (golden excerpt: tests/golden/compiler/directives/compute_at_root.txt):
 
         +  alloc conv: hbm f32[2, 256, 8, 6]  # tl:9
-        +  view conv_v2: hbm f32[512, 8, 6] = conv  # tl:12
+        +  view conv_v2: hbm f32[128, 32, 6] = conv  # tl:12
     sbuf is the compiler's SBUF budget per partition on the target (schedule.sbuf_budget).
     A conv without a pool whose output another op reads (a pool with overlapping windows) stores it in HBM: `place
     T, hbm` (or `compute_at T, root`) says so and is accepted, `place T, sbuf` is a located error saying why

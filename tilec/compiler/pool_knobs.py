@@ -22,6 +22,12 @@ INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and 
 #                        are ordered, each one DMA latency after the last, so few and large)
 REDUCE = "auto"  # the pass along x from SBUF as window tensor_reduces on VectorE (pool_window.choose_reduce): "auto"
 #                 (the model's costs decide), "on" where possible, "off" (tests, measures)
+IMAGES: str | int = "auto"  # channel rows stacked per partition (pool_stack.choose_images): "auto" (the model's
+#                             costs decide), "off", or k (forced where it fits; tests, measures)
+EVEN_BANDS = True  # a max or min pool's bands split its rows evenly when the costs say so (pool_bands.even_band;
+#                   False: window_pool_plan's ~16 KiB bands, tests, measures)
+PLAN_GAIN = 0.98  # a plan the costs estimate (stacked images, even bands) replaces window_pool_plan's when its
+#                  estimate is below this part of the default's (pool_stack.py, pool_bands.py)
 DOUBLING = True  # windows of 4 taps or more from SBUF by doubling (pool_doubling.py; False: tests, measures)
 ONE_BLOCK_DMA = True  # a band's (or a tile's) G row blocks loaded / stored as one DMA with blocks (pool_window.
 #                       one_store; False: one DMA per block, tests, measures)

@@ -68,6 +68,10 @@ class WindowPasses:
         self.taps = False  # TensorE sums the pass along x's taps into PSUM (16-bit sums; PsumChoice.taps)
         self.full_rows_n = 0  # output rows per band TensorE sums whole (with the taps; `full_block`)
         self.y_cut: int | None = None  # where the last split combine along y changed engines (combine_shared)
+        # stacked images (pool_stack.py): the row of the pass along y where every combine changes engines, small ones
+        # too (each image's border rows are small combines; alternating them would make each engine wait on the
+        # other's rows)
+        self.stack_cut: int | None = None
         self.reduce_x = False  # the pass along x as window reductions on VectorE (reduce_pass; choose_reduce)
         self.share_rows = 0  # input rows per band whose pass along x TensorE sums (pool_window.build)
         self.x_cut = 1.0  # ...over this part of a band's input rows, GpSimdE's combines over the rest
@@ -105,6 +109,8 @@ class WindowPasses:
         if doubled is not None:  # windows of 4 taps or more: pairs, pairs of pairs.. (pool_doubling.py)
             return doubled
         out: list[Stmt] = []
+        if every and self.plan.images > 1 and axis == 1:  # stacked images: a tap reaches runs of outputs
+            return self.stacked_pass(src, dst, segs, stride, shift, window, every[len(every) // 2], alone)
         if every:
             t0 = every[len(every) // 2]
             reach = {t: [g for g in segs if t in g.taps] for t in range(window) if t != t0}
@@ -146,6 +152,43 @@ class WindowPasses:
                 out += self.combine(src if alone is None else alone, dst, axis, seg, stride, shift)
             if final is not None:
                 out += [Copy(self._view(final, axis, g, 0, 1), self._view(dst, axis, g, 0, 1), line) for g in segs]
+        return out
+
+    def stacked_pass(self, src: View, dst: View, segs: list[Segment], stride: int, shift: int, window: int,
+                     t0: int, alone: View | None) -> list[Stmt]:
+        """window_pass's tap-by-tap form along y over stacked images (pool_stack.py), where a tap other than t0
+        (which every output has) reaches a run of outputs in each image rather than one run: dst = op(t0, t1)
+        over t1's runs, t0 alone between them, then each other tap combined into its runs. A max or min only (a
+        sum's partial sums into a 16-bit `final` are not stacked)."""
+        line = self.op.line
+        runs: dict[int, list[Segment]] = {}
+        for t in range(window):
+            for g in (g for g in segs if t in g.taps and t != t0):
+                got = runs.setdefault(t, [])
+                if got and got[-1].start + got[-1].size == g.start:
+                    got[-1] = Segment(got[-1].start, got[-1].size + g.size, (t,))
+                else:
+                    got.append(Segment(g.start, g.size, (t,)))
+        order = sorted(runs, key=lambda t: -sum(r.size for r in runs[t]))
+        if not order:
+            g = Segment(segs[0].start, sum(g.size for g in segs), (t0,))
+            return [Copy(self._view(dst, 1, g, 0, 1), self._view(src, 1, g, t0 + shift, stride), line)]
+        out: list[Stmt] = []
+        t1, at = order[0], segs[0].start
+        for r in runs[t1] + [Segment(segs[-1].start + segs[-1].size, 0, ())]:
+            if r.start > at:  # t0 alone between the runs (the borders)
+                edge = Segment(at, r.start - at, (t0,))
+                out.append(self.edge_copy(self._view(dst, 1, edge, 0, 1), self._view(src, 1, edge, t0 + shift,
+                                                                                      stride)))
+            if r.size:
+                out += self.combine_shared(dst, 1, r, self._tap(src, 1, t0, shift, stride),
+                                           self._tap(src if alone is None else alone, 1, t1, shift, stride),
+                                           alone is not None, src.buf.dtype)
+            at = r.start + r.size
+        for t in order[1:]:
+            for r in runs[t]:
+                out += self.combine_shared(dst, 1, r, None, self._tap(src, 1, t, shift, stride), alone is not None,
+                                           src.buf.dtype)
         return out
 
     def reduce_split(self, src: View, dst: View, segs: list[Segment], stride: int, shift: int, window: int,
@@ -294,7 +337,12 @@ class WindowPasses:
             if pair is not None:  # (both outputs' turns: the later small combines keep their engines)
                 self.small_engine()
         jobs: list[tuple[Segment, tuple[int, int] | None, str]] = []
-        if axis == 2:
+        if axis == 1 and self.stack_cut is not None and not alone:  # stacked images: one cut for every combine
+            cut = min(max(self.stack_cut - seg.start, 0), seg.size)
+            jobs = [(g, None, eng) for g, eng in ((Segment(seg.start, cut, seg.taps), ""),
+                                                  (Segment(seg.start + cut, seg.size - cut, seg.taps), "gpsimd"))
+                    if g.size]
+        elif axis == 2:
             rows = dst.shape()[1]
             cut = round(rows * share)
             jobs = [(seg, (0, cut), ""), (seg, (cut, rows - cut), "gpsimd")] if 0 < cut < rows else \

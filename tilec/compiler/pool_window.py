@@ -10,6 +10,7 @@ from tilec.compiler.ir import DTYPE_BYTES, Act, Aff, Alloc, Buf, Copy, Dma, Sl, 
 from tilec.compiler.pool_costs import held, identity_ns, reduce_costs, tensor_rows_costs, vector_share
 from tilec.compiler.pool_image import ImageBands
 from tilec.compiler.pool_segments import Segment, at_value, clip, pad_runs, segments, shifted
+from tilec.compiler.pool_stack import y_segments
 from tilec.compiler.pool_tensor import TensorPasses
 from tilec.compiler.schedule import sbuf_budget
 from tilec.target import compiled
@@ -248,8 +249,12 @@ class WindowPool(TensorPasses, ImageBands):
         if (op.pool.wx, sx, ox, self.Wo) != (1, 1, 0, self.W):
             passes.append((2, segments(self.Wo, ox, sx, op.pool.wx, self.W)))
         if (op.pool.wy, sy, first - lo, n) != (1, 1, 0, rows):
-            passes.append((1, segments(n, first, sy, op.pool.wy, self.H) if G == 1 else
+            passes.append((1, y_segments(n, first, sy, op.pool.wy, self.H // self.plan.images, self.plan.images,
+                                         oy) if G == 1 else
                            [Segment(0, n, tuple(range(op.pool.wy)))]))
+        if self.plan.images > 1:
+            share = self.y_share if self.y_share is not None else vector_share(tmp, self.o3.dtype)
+            self.stack_cut = round(n * share)
         folded = 1.0  # the scale TensorE's evictions apply (then none after the passes)
         counted = self.w.count == "inside" and self.psum is not None and self.taps
         if self.psum is not None and self.taps:

@@ -25,8 +25,8 @@ rather than one per block per band; the few output rows whose window crosses a b
 The rule is split over these files: rules_pool.py (the plan as primitives, the Interleave), pool_window.py (a pool's
 partition tiles, bands, loads and stores: `WindowPool`), pool_tensor.py (the pass along x through PSUM: TensorE's
 copies or taps), pool_passes.py (the passes on VectorE and GpSimdE, the counts that exclude the padding),
-pool_costs.py (the choices from the model's costs), pool_segments.py (runs of outputs with the same taps) and
-pool_knobs.py (the constants tests and measurements set).
+pool_costs.py (the choices from the model's costs), pool_segments.py (runs of outputs with the same taps),
+pool_stack.py (several channel rows per partition) and pool_knobs.py (the constants tests and measurements set).
 """
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ from tilec.compiler.ops import PoolOp
 from tilec.compiler.pool_axes import is_inner
 from tilec.compiler.pool_costs import psum_choice
 from tilec.compiler.pool_passes import PoolShared
+from tilec.compiler.pool_stack import stacked
 from tilec.compiler.pool_window import WindowPool
 from tilec.compiler.rules import Prim, prim
 from tilec.compiler.schedule import PMAX, PoolPlan
@@ -56,6 +57,10 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
     assert w is not None
     (sy, sx), (oy, ox) = w.stride, w.offset
     split = interleaved(op, plan, dtypes[0] if dtypes is not None else "f32")
+    images = 1
+    if split is None:
+        op, plan = stacked(op, plan)
+        images = plan.images
     band = plan.band if split is None else interleaved_band(plan, split)
     rows = (band - 1) * sy + op.pool.wy
     scale = op.pool.scale / (op.pool.wy * op.pool.wx if w.count == "inside" else 1)
@@ -63,6 +68,8 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
              prim("stage", op.src, rows=rows, halo=(oy, oy + rows - sy * band))]
     if split is not None:
         prims.insert(1, prim("interleave", "i", split.blocks, rows=(split.first, split.end), seams=len(split.seams)))
+    if images > 1:
+        prims.insert(1, prim("stack", "b", images, rows=op.dim("H")))
     G = plan.row_blocks(op)
     choice = None
     if dtypes is not None and split is None and G == 1:
@@ -98,6 +105,7 @@ def build_window_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fr
     split = interleaved(op, plan, hbm[op.src].dtype)
     if split is not None:
         return build_interleaved(op, plan, hbm, fresh, split)
+    op, plan = stacked(op, plan)  # (several channel rows per partition: pool_stack.py)
     pool = WindowPool(op, plan, hbm, fresh)
     return [("TILE_P", plan.tile_b), ("BAND", pool.OB)], pool.build()
 

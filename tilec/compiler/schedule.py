@@ -91,6 +91,7 @@ class PoolPlan:
     band: int  # output rows per tile
     blocks: int = 1  # a window pool's output rows cut into this many blocks, each on its own partitions (n*c <= 64)
     across: bool = False  # the blocks with several partition tiles of channel rows (pool_costs.across_blocks)
+    images: int = 1  # channel rows per partition, stacked as rows (pool_stack.py; band: one image's output rows)
 
     def row_blocks(self, op: PoolOp) -> int:
         """The blocks a window pool's kernel makes: with one partition tile of every channel row, or `across` while
@@ -267,12 +268,21 @@ def window_pool_plan(op: PoolOp, dtypes: tuple[str, str] | None = None) -> PoolP
     rows whose input rows take ~16 KiB per partition, at least two per block when there is one partition tile (so
     loads, the engines and stores overlap). dtypes (X's and Y's; a standalone pool's default plan): more channel rows
     that leave partitions of their tiles empty (192: two tiles of 96) may take blocks of output rows too, over
-    several tiles, when the model's costs say so (pool_costs.across_blocks)."""
+    several tiles, when the model's costs say so (pool_costs.across_blocks); many channel rows may stack several on
+    each partition (pool_stack.choose_images); the bands of a max or min may split the rows evenly instead
+    (pool_bands.even_band)."""
     if dtypes is not None:
         from tilec.compiler.pool_costs import across_blocks  # (late: the pool rules import this module)
+        from tilec.compiler.pool_stack import choose_images
         across = across_blocks(op, *dtypes)
         if across is not None:
             return across
+        one = window_pool_plan(op)
+        images = choose_images(op, *dtypes, one)
+        if images is not None:
+            return images
+        from tilec.compiler.pool_bands import even_band
+        return even_band(op, *dtypes, one)
     assert op.window is not None
     rows, parts = op.dim("B"), best_divisor(op.dim("B"), PMAX)
     ho, sy = op.window.out[0], op.window.stride[0]
