@@ -129,6 +129,12 @@ def select_conv(comp: Comp, program) -> ConvOp:
         _check_merged_batch(comp, program, batch, (m_acc, s_acc) if w_batch else (m_acc,))
     conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout)
     conv = replace(conv, w_batch=bool(w_batch), x_transposed=x_transposed)
+    if rows and conv.bias and conv.bias_role == "k":  # the bias column would be read as [prod(rows), 1] (fuzz23)
+        init = cast(sx.Access, comp.init)
+        raise reject(comp, f"a bias `{fmt_expr(init)}` indexed by `{p}` alone cannot start rows merged with "
+                           f"`{', '.join(rows[:-1])}` (the stationary operand {s_acc.tensor} is seen as one matrix)",
+                     init.span, f"start from 0 and add the bias in a statement of its own "
+                                f"(`D[..] = {comp.target}[..] + {init.tensor}[{p}]`)")
     if rows:  # K is every merged row; its loop's text names them all
         merged = "for " + ", ".join(comp.loop_text(v)[4:] for v in rows) + " (the rows)"
         conv = replace(conv, dims=tuple((d, math.prod(comp.extent(v) for v in rows) if d == "K" else n)
