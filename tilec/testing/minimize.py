@@ -25,7 +25,7 @@ def _verdict_in_process(text: str, schedule: str | None, timeout: float, seed: i
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe()
 
-    def target(conn) -> None:
+    def run(conn) -> None:
         import warnings
 
         warnings.simplefilter("ignore")
@@ -34,7 +34,7 @@ def _verdict_in_process(text: str, schedule: str | None, timeout: float, seed: i
         except BaseException as err:
             conn.send(Verdict("internal", "oracle", repr(err)))
 
-    proc = ctx.Process(target=target, args=(child,), daemon=True)
+    proc = ctx.Process(target=run, args=(child,), daemon=True)
     proc.start()
     child.close()
     try:
