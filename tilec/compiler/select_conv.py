@@ -437,7 +437,10 @@ def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: li
 def _mergeable_rows(comp: Comp, program, rows: list[str], s_acc: sx.Access) -> bool:
     """Whether the output's first indices `rows` (the stationary's leading plain indices) each run over the whole of
     their dimension in the output and in the stationary operand, so both are seen as [prod(rows), ..] (a free
-    reshape of contiguous HBM)."""
+    reshape of contiguous HBM). The stationary's indices must begin with `rows` (`A[b, k, i]` is not [B*M, K]: its
+    rows are apart; fuzz23's wrong answer when K == M let the extents match)."""
+    if [plain(m) for m in index_maps(s_acc, comp, program)][:len(rows)] != rows:
+        return False
     for name in (comp.target, s_acc.tensor):
         shape = [size_value(d, program.sizes) if not isinstance(d, int) else d for d in program.tensors[name].shape]
         if any(shape[pos] != comp.extent(v) for pos, v in enumerate(rows)):
