@@ -45,7 +45,7 @@ def test_minimize_checks_with_the_pairs_input_seed(monkeypatch):
     from tilec.testing import minimize as mod
     from tilec.testing.oracle import Verdict
 
-    def fake_check(text, schedule, formula=None, seed=0, schedule_kind="given"):
+    def fake_check(text, schedule, formula=None, seed=0, schedule_kind="given", target=None):
         fails = seed == 1234 and "Y[i] = T[i]" in text
         return (Verdict("wrong", "compare", "Y: ...") if fails else Verdict("ok")), schedule
 
@@ -110,3 +110,17 @@ def test_a_stop_while_minimising_writes_every_reproducer_as_found(tmp_path, monk
     assert len(written) == 2 and all("(minimised)" not in p.read_text() for p in written)
     assert "minimising interrupted" in capsys.readouterr().out
     assert signal.getsignal(signal.SIGINT) == before  # the handlers the process had, not the stop's
+
+
+def test_a_target_reaches_the_compiler_and_the_reproducer(tmp_path):
+    """--target trn1: the program is compiled for trn1 (and run under its rules), the reproducer says so in a
+    `# target:` line, and the regression runner reads it back."""
+    from tilec.testing.fuzz import Finding, Pair, input_target, write_findings
+    from tilec.testing.oracle import Verdict, prepare
+
+    text = "kernel k(A: f32[N]) -> Y\n  default N = 96\n  Y: f32[N]\n  for i in 0..N:\n    Y[i] = A[i] + 1.0\n"
+    assert prepare(text, target="trn1").default().result.target.name == "trn1"
+    verdict = Verdict("rejected", "compile", "<schedule>:1:1: a tile of 5 ...")
+    write_findings(str(tmp_path), [Finding(Pair(0, 7, target="trn1"), verdict, text, "tile Y.i, 5\n", 0.1)], False, 30)
+    (path,) = tmp_path.glob("*.tl")
+    assert input_target(path.read_text()) == "trn1" and input_target(text) is None

@@ -1,7 +1,7 @@
 """Every reproducer the fuzzer ever found (tests/fuzz/regressions/*.tl) asserts its correct outcome, written on its
 first line `# expect: match` (the kernel matches the reference evaluator) or `# expect: reject` (a clean TilecError
 with file:line:col: a program the compiler does not support), run with the inputs of its `# seed: N` line (the
-fuzzer's pair seed; 0 without one). Reproducers whose fix is still open are xfail
+fuzzer's pair seed; 0 without one), compiled for the generation of its `# target:` line (trn2 without one). Reproducers whose fix is still open are xfail
 (strict: the test fails as soon as they pass, so the marker is removed with the fix)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import warnings
 
 import pytest
 
-from tilec.testing.fuzz import input_seed
+from tilec.testing.fuzz import input_seed, input_target
 from tilec.testing.oracle import check
 
 HERE = pathlib.Path(__file__).parent
@@ -36,7 +36,8 @@ def test_reproducer_has_its_correct_outcome(path, request):
         request.applymarker(pytest.mark.xfail(reason=OPEN[path.name], strict=True))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        verdict, _ = check(path.read_text(), None, seed=input_seed(path.read_text()))
+        text = path.read_text()
+        verdict, _ = check(text, None, seed=input_seed(text), target=input_target(text))
     want = {"match": "ok", "reject": "rejected"}[expectation(path)]
     assert verdict.cls == want, verdict.line()
 

@@ -135,6 +135,12 @@ def select_conv(comp: Comp, program) -> ConvOp:
         _check_merged_batch(comp, program, batch, (m_acc, s_acc) if w_batch else (m_acc,))
     conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout, tail)
     conv = replace(conv, w_batch=bool(w_batch), x_transposed=x_transposed)
+    if rows and conv.bias and conv.bias_role == "k":  # the bias column would be read as [prod(rows), 1] (fuzz23)
+        init = cast(sx.Access, comp.init)
+        raise reject(comp, f"a bias `{fmt_expr(init)}` indexed by `{p}` alone cannot start rows merged with "
+                           f"`{', '.join(rows[:-1])}` (the stationary operand {s_acc.tensor} is seen as one matrix)",
+                     init.span, f"start from 0 and add the bias in a statement of its own "
+                                f"(`D[..] = {comp.target}[..] + {init.tensor}[{p}]`)")
     if rows:  # K is every merged row; its loop's text names them all
         merged = "for " + ", ".join(comp.loop_text(v)[4:] for v in rows) + " (the rows)"
         conv = replace(conv, dims=tuple((d, math.prod(comp.extent(v) for v in rows) if d == "K" else n)
@@ -437,7 +443,10 @@ def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: li
 def _mergeable_rows(comp: Comp, program, rows: list[str], s_acc: sx.Access) -> bool:
     """Whether the output's first indices `rows` (the stationary's leading plain indices) each run over the whole of
     their dimension in the output and in the stationary operand, so both are seen as [prod(rows), ..] (a free
-    reshape of contiguous HBM)."""
+    reshape of contiguous HBM). The stationary's indices must begin with `rows` (`A[b, k, i]` is not [B*M, K]: its
+    rows are apart; fuzz23's wrong answer when K == M let the extents match)."""
+    if [plain(m) for m in index_maps(s_acc, comp, program)][:len(rows)] != rows:
+        return False
     for name in (comp.target, s_acc.tensor):
         shape = [size_value(d, program.sizes) if not isinstance(d, int) else d for d in program.tensors[name].shape]
         if any(shape[pos] != comp.extent(v) for pos, v in enumerate(rows)):

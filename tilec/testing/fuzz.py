@@ -1,7 +1,7 @@
 """Differential fuzzing of tilec: random valid programs x random schedules, compiled, run on the interpreter,
 compared with the reference evaluator (and the reference with an independent NumPy formula).
 
-    python -m tilec.testing.fuzz --minutes 10 --jobs 2 --seed 1 [--pairs N] [--out DIR] [--minimize]
+    python -m tilec.testing.fuzz --minutes 10 --jobs 2 --seed 1 [--pairs N] [--out DIR] [--minimize] [--target trn1]
 
 Each program is tried with SCHEDULES schedules (the default one, a point of the tuner's space, raw directives:
 three pairs), in one worker process that loads it, draws its inputs and evaluates the reference once for all three
@@ -11,7 +11,8 @@ worker's CPU time where the OS reports it (Linux /proc), so a pair starved by ot
 is not a hang; a pair also counts as one after WALL_FACTOR times the timeout of wall time. At the end the counts per class are printed (see tilec.testing.oracle for the classes) and, with --out,
 one reproducer per distinct failure (a .tl file with its schedule section; --minimize shrinks it first).
 Exit status 1 when any pair found a bug. Same seed, same pairs (the schedule kinds and programs are drawn from
-the pair's own seed), whatever the number of jobs.
+the pair's own seed), whatever the number of jobs. --target compiles every pair for that generation and runs it
+under that generation's rules (a reproducer records it in a `# target:` line).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
+from tilec.target import TARGETS
 from tilec.testing.oracle import BUGS, CLASSES, Verdict
 
 KINDS = ("default", "knobs", "raw")  # the schedules tried on every program, in this order
@@ -40,6 +42,7 @@ class Pair:
     family: str = ""
     kind: str = ""  # schedule kind (KINDS)
     schedule_seed: int = 0  # draws the schedule (and whether it goes inside the program)
+    target: str | None = None  # the generation compiled for (None: the default)
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,10 @@ def pair_seed(seed: int, index: int) -> int:
     return (seed * 1_000_003 + index) & 0x7FFFFFFF
 
 
-def pairs_of(seed: int, program: int) -> list[Pair]:
+def pairs_of(seed: int, program: int, target: str | None = None) -> list[Pair]:
     """The pairs of the campaign's `program`-th program: one per schedule kind, numbered consecutively."""
     pseed = pair_seed(seed, program)
-    return [Pair(program * SCHEDULES + n, pseed, kind=kind, schedule_seed=pair_seed(pseed, n + 1))
+    return [Pair(program * SCHEDULES + n, pseed, kind=kind, schedule_seed=pair_seed(pseed, n + 1), target=target)
             for n, kind in enumerate(KINDS)]
 
 
@@ -80,7 +83,7 @@ def run_pairs(pairs: list[Pair]):
     from tilec.testing.oracle import check_prepared, prepare
 
     case = generate(pairs[0].seed)
-    prep = prepare(case.text, case.formula, pairs[0].seed)
+    prep = prepare(case.text, case.formula, pairs[0].seed, pairs[0].target)
     label = case.family + "".join(f"/{form}" for form in case.forms)  # counted apart: e.g. conv/padded
     for pair in pairs:
         verdict, schedule = check_prepared(prep, None, pair.schedule_seed, pair.kind)
@@ -201,7 +204,7 @@ def drawn_schedule(text: str, pair: Pair) -> str | None:
 
     from tilec.testing.oracle import knob_schedule, prepare, raw_schedule
 
-    prep = prepare(text, None, pair.seed)
+    prep = prepare(text, None, pair.seed, pair.target)
     if prep.verdict is not None or pair.kind not in ("knobs", "raw"):
         return None
     rng = random.Random(pair.schedule_seed)
@@ -213,16 +216,26 @@ def drawn_schedule(text: str, pair: Pair) -> str | None:
 
 def input_seed(text: str) -> int:
     """The `# seed: N` line among a reproducer's comments on top (the seed of the inputs its pair ran with), else 0."""
+    value = _header(text, "seed")
+    return int(value) if value is not None else 0
+
+
+def input_target(text: str) -> str | None:
+    """The `# target: NAME` line among a reproducer's comments on top (the generation it ran for), else None."""
+    return _header(text, "target")
+
+
+def _header(text: str, key: str) -> str | None:
     for line in text.splitlines():
         if not line.startswith("#"):
             break
-        if line.startswith("# seed:"):
-            return int(line.split()[2])
-    return 0
+        if line.startswith(f"# {key}:"):
+            return line.split()[2]
+    return None
 
 
 def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: float, out: str | None,
-             minimize_: bool, quiet: bool = False, findings: list | None = None) -> Counter:
+             minimize_: bool, quiet: bool = False, findings: list | None = None, target: str | None = None) -> Counter:
     """Run pairs until `pairs` or the time box; counts per class. `findings` (a list) receives (family, verdict)
     of every bug."""
     from tilec.testing.gen import generate
@@ -258,14 +271,14 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
     pool = Pool(jobs, timeout)
     interrupted = False
     try:
-        pool.run((pairs_of(seed, i) for i in range(total)), deadline, on_result)
+        pool.run((pairs_of(seed, i, target) for i in range(total)), deadline, on_result)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (a `timeout` around a long run): report what ran
         interrupted = True
         _ignore_stops()  # a second signal must not cut the report short
     finally:
         pool.close()
     wall = time.monotonic() - start
-    print(f"fuzz: seed {seed}, {sum(counts.values())} pairs in {wall:.0f} s with {jobs} job(s)"
+    print(f"fuzz: seed {seed}{f' ({target})' if target else ''}, {sum(counts.values())} pairs in {wall:.0f} s with {jobs} job(s)"
           + (" (interrupted)" if interrupted else ""), flush=True)
     print("  " + _counts_text(counts))
     fams = sorted({f for f, _ in by_family})
@@ -293,7 +306,8 @@ def write_findings(out: str, findings, minimize_: bool, timeout: float) -> None:
         text, schedule = f.text, f.schedule
         if minimize_:
             try:
-                text, schedule = minimize(text, schedule, f.verdict, timeout=timeout, seed=f.pair.seed)
+                text, schedule = minimize(text, schedule, f.verdict, timeout=timeout, seed=f.pair.seed,
+                                          target=f.pair.target)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM while minimising (a hang takes minutes): write the rest as found
                 _ignore_stops()
                 minimize_ = False
@@ -301,6 +315,7 @@ def write_findings(out: str, findings, minimize_: bool, timeout: float) -> None:
         header = [f"class: {f.verdict.cls} ({f.verdict.stage})", f"seen: {f.verdict.message[:200]}",
                   f"fuzz seed {f.pair.seed}" + (" (minimised)" if minimize_ else ""),
                   f"seed: {f.pair.seed}  (the inputs: tilec.lang.api.random_inputs(program, seed))"]
+        header += [f"target: {f.pair.target}"] if f.pair.target else []
         path = folder / f"{n:03d}_{f.verdict.cls}.tl"
         path.write_text(reproducer(text, schedule, header))
         print(f"  wrote {path}")
@@ -325,12 +340,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write one reproducer .tl per distinct failure into this folder")
     p.add_argument("--minimize", action="store_true", help="delta-debug each reproducer before writing it")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--target", default=None, help="compile for and run under this generation (default: trn2)")
     args = p.parse_args(argv)
     if args.jobs < 1 or args.timeout <= 0:
         p.error("--jobs and --timeout must be positive")
     signal.signal(signal.SIGTERM, _interrupt)
+    if args.target is not None and args.target not in TARGETS:
+        p.error(f"--target must be one of {', '.join(TARGETS)}")
     counts = campaign(args.seed, args.minutes, args.jobs, args.pairs, args.timeout, args.out, args.minimize,
-                      args.quiet)
+                      args.quiet, target=args.target)
     return 1 if any(counts[c] for c in BUGS) else 0
 
 

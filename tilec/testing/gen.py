@@ -973,11 +973,16 @@ FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "scaled": lambda rng, nm: _mixed().scaled(rng, nm),
     "vecmat": lambda rng, nm: _mixed().vecmat(rng, nm),
     "summed": lambda rng, nm: _mixed().summed(rng, nm),
+    "window": lambda rng, nm: _shapes().window(rng, nm),
+    "dwconv": lambda rng, nm: _shapes().dwconv(rng, nm),
+    "permute5": lambda rng, nm: _shapes().permute5(rng, nm),
+    "masked": lambda rng, nm: _shapes().masked(rng, nm),
+    "bmm_bias": lambda rng, nm: _shapes().bmm_bias(rng, nm),
 }
 WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2, "rowchain": 2,
            "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1, "block": 2, "total": 1,
            "epilogue": 2, "mlp": 1, "nest": 1, "operands": 1, "gapped": 1, "mixed": 1, "scaled": 1, "vecmat": 1,
-           "summed": 1}
+           "summed": 1, "window": 1, "dwconv": 1, "permute5": 1, "masked": 1, "bmm_bias": 1}
 
 
 def _mlps():
@@ -996,6 +1001,13 @@ def _mixed():
     """gen_mixed.py (dtypes mixed in one statement, extrema of scaled values, batched vector-matrix products)."""
     from tilec.testing import gen_mixed
     return gen_mixed
+
+
+def _shapes():
+    """gen_shapes.py (strided/dilated/padded pools and convs with remainders, depthwise multipliers, rank-5
+    permutes, masked row chains, batched matmuls with a bias)."""
+    from tilec.testing import gen_shapes
+    return gen_shapes
 
 
 def _nests():

@@ -20,20 +20,21 @@ import re
 from tilec.testing.oracle import Verdict, check
 
 
-def _verdict_in_process(text: str, schedule: str | None, timeout: float, seed: int = 0) -> Verdict:
+def _verdict_in_process(text: str, schedule: str | None, timeout: float, seed: int = 0,
+                        target: str | None = None) -> Verdict:
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe()
 
-    def target(conn) -> None:
+    def run(conn) -> None:
         import warnings
 
         warnings.simplefilter("ignore")
         try:
-            conn.send(check(text, schedule, seed=seed)[0])
+            conn.send(check(text, schedule, seed=seed, target=target)[0])
         except BaseException as err:
             conn.send(Verdict("internal", "oracle", repr(err)))
 
-    proc = ctx.Process(target=target, args=(child,), daemon=True)
+    proc = ctx.Process(target=run, args=(child,), daemon=True)
     proc.start()
     child.close()
     try:
@@ -53,14 +54,14 @@ def _same(a: Verdict, b: Verdict) -> bool:
 
 
 def minimize(text: str, schedule: str | None, verdict: Verdict, timeout: float = 20.0,
-             max_checks: int = 400, seed: int = 0) -> tuple[str, str | None]:
+             max_checks: int = 400, seed: int = 0, target: str | None = None) -> tuple[str, str | None]:
     checks = [0]
 
     def fails(t: str, s: str | None) -> bool:
         if checks[0] >= max_checks:
             return False
         checks[0] += 1
-        return _same(_verdict_in_process(t, s, timeout, seed), verdict)
+        return _same(_verdict_in_process(t, s, timeout, seed, target), verdict)
 
     text = text.split("\n  schedule:\n")[0].rstrip("\n") + "\n" if schedule is not None else text
     changed = True

@@ -57,7 +57,7 @@ def knob_schedule(default, rng: random.Random) -> str:
     tuner's static checks if one of a few draws is), rendered as schedule text."""
     from tilec.tune.knobs import space_of
 
-    space = space_of(default, "trn2")
+    space = space_of(default, default.result.target.name)
     point = space.random_point(rng)
     for _ in range(8):
         if space.check(point) is None:
@@ -155,6 +155,7 @@ class Prepared:
     ref: dict | None = None
     verdict: Verdict | None = None  # set when the program fails before any schedule (load, reference, formula)
     bounds: dict | None = None  # tilec.tolerance.error_bounds of the outputs (once per program)
+    target: str | None = None  # the generation compiled for (tilec.target; None: the default) and run under
     _default: object = None
 
     def default(self):
@@ -162,7 +163,7 @@ class Prepared:
             from tilec.compiler.api import compile_loaded
 
             try:
-                self._default = compile_loaded(self.program, None)
+                self._default = compile_loaded(self.program, None, target=self.target)
             except BaseException as err:  # kept, so every schedule kind of this program sees the same failure
                 self._default = err
         if isinstance(self._default, BaseException):
@@ -170,8 +171,8 @@ class Prepared:
         return self._default
 
 
-def prepare(text: str, formula: Callable | None = None, seed: int = 0) -> Prepared:
-    prep = Prepared(text)
+def prepare(text: str, formula: Callable | None = None, seed: int = 0, target: str | None = None) -> Prepared:
+    prep = Prepared(text, target=target)
     try:
         prep.program = lang.load(text)
     except TilecError as err:
@@ -194,10 +195,11 @@ def prepare(text: str, formula: Callable | None = None, seed: int = 0) -> Prepar
 
 
 def check(text: str, schedule: str | None, formula: Callable | None = None, seed: int = 0,
-          schedule_kind: str = "given") -> tuple[Verdict, str | None]:
+          schedule_kind: str = "given", target: str | None = None) -> tuple[Verdict, str | None]:
     """Run one pair; returns the verdict and the schedule text actually used (None: the program's own).
-    schedule_kind: given (use `schedule`) | default | knobs | raw (draw one with `seed`)."""
-    return check_prepared(prepare(text, formula, seed), schedule, seed, schedule_kind)
+    schedule_kind: given (use `schedule`) | default | knobs | raw (draw one with `seed`); target: the generation
+    compiled for and run under (None: the default)."""
+    return check_prepared(prepare(text, formula, seed, target), schedule, seed, schedule_kind)
 
 
 def check_prepared(prep: Prepared, schedule: str | None, seed: int = 0,
@@ -221,12 +223,12 @@ def check_prepared(prep: Prepared, schedule: str | None, seed: int = 0,
         from tilec.compiler.api import compile_loaded
 
         if schedule is not None and rng.random() < 0.2:
-            compiled = compile_loaded(lang.load(with_schedule(text, schedule)), None)
+            compiled = compile_loaded(lang.load(with_schedule(text, schedule)), None, target=prep.target)
         elif schedule is None:
             compiled = prep.default()  # compiled once per program (the tuner's space starts from it too)
         else:
             directives = lang.parse_schedule(schedule, "<schedule>") if schedule is not None else None
-            compiled = compile_loaded(program, directives)
+            compiled = compile_loaded(program, directives, target=prep.target)
     except (TilecError, InternalError, Exception) as err:
         return _error("compile", err), schedule
     try:
