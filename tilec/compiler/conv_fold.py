@@ -228,14 +228,14 @@ def engine_pieces(b: _ConvBuilder, j: int) -> list[tuple[int, int]]:
 
 
 def spread_weights(b: _ConvBuilder, raw: Buf) -> tuple[Buf, list[Stmt]]:
-    """The gathered stationary rows (copy j at j * Q: conv_pairs.gather_halves) moved to the spread copies' columns
-    (copy_at(j)) of a zeroed buffer, one copy per run of copies that stay C apart on both sides (Q = C; the stem
-    chain's placed copies, Q > C, one copy each), alternating VectorE and ScalarE."""
-    C, Q, line = b.C, b.Q, b.L["update"]
+    """The gathered stationary rows (copy j at j * C: conv_pairs.gather_halves, `gathered`) moved to the spread
+    copies' columns (copy_at(j)) of a zeroed buffer, one copy per run of copies that stay C apart, alternating
+    VectorE and ScalarE."""
+    C, Q, line = b.C, gathered(b), b.L["update"]
     wide = Buf(b.fresh(f"{raw.name}_spread"), "sbuf", raw.dtype, raw.shape[:2] + (b.copy_parts(len(b.shifts)),))
     runs: list[list[int]] = []
     for j in range(len(b.shifts)):
-        if runs and Q == C and b.copy_at(j) == b.copy_at(runs[-1][-1]) + C:
+        if runs and b.copy_at(j) == b.copy_at(runs[-1][-1]) + C:
             runs[-1].append(j)
         else:
             runs.append([j])
@@ -246,6 +246,13 @@ def spread_weights(b: _ConvBuilder, raw: Buf) -> tuple[Buf, list[Stmt]]:
         src = View(raw, (full(raw.shape[0]), full(raw.shape[1]), sl(run[0] * Q, n)))
         out.append(ir.Act(dst, src, "copy", None, 1.0, line) if i % 2 else ir.Copy(dst, src, line))
     return wide, out
+
+
+def gathered(b: _ConvBuilder) -> int:
+    """Columns between band halves' copies in their gathered stationary rows: Q, or C when spread_weights moves
+    them to their partitions (the moves then take runs of copies, not one copy each: the stem chain's 27 placed
+    copies in 12 moves, not 27)."""
+    return b.C if b.at else b.Q
 
 
 def flat_rows(b: _ConvBuilder) -> bool:

@@ -40,7 +40,7 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     op, line, C, K = b.op, b.L["update"], b.C, b.K
     parts = b.copy_parts(len(b.shifts))  # the contraction rows: the band copies (and the zero gaps between)
     rows = Buf(b.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (2 * K, C, b.R, b.S))
-    width = len(b.shifts) * b.Q if b.halves else parts  # (halves: whole copies, gathered as [copies, Q])
+    width = len(b.shifts) * conv_fold.gathered(b) if b.halves else parts  # (halves: whole copies, [copies, Q])
     raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, b.n_groups, width))
     tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (parts, 2 * K))
     whole_w = (full(C), full(b.R), full(b.S))
@@ -206,7 +206,7 @@ def gather_halves(b: _ConvBuilder, rows: Buf, raw: Buf) -> list[Stmt]:
     a copy per channel), so each gather moves an [K, R, C] block (the stem: 3 + 14 copies instead of 98 blocks)."""
     op, line, C, K, R, S = b.op, b.L["update"], b.C, b.K, b.R, b.S
     tapmajor = Buf(b.fresh(f"{op.w}_rsc"), "sbuf", rows.dtype, (2 * K, R, S, C))
-    slots = Buf(b.fresh(f"{op.w}_copies"), "sbuf", raw.dtype, (2 * K, b.n_groups, len(b.shifts), b.Q))
+    slots = Buf(b.fresh(f"{op.w}_copies"), "sbuf", raw.dtype, (2 * K, b.n_groups, len(b.shifts), conv_fold.gathered(b)))
     out: list[Stmt] = [Alloc(tapmajor, line=line)]
     moves: list[tuple[View, View]] = [(View(tapmajor, (full(2 * K), full(R), full(S), a(ch))),
                                        View(rows, (full(2 * K), a(ch), full(R), full(S)))) for ch in range(C)]
