@@ -303,6 +303,9 @@ class _ConvBuilder:
             # (stem_maxpool f32 batch 1 37.39 -> 45.35 us with them, batch 8 245.39 -> 232.20)
             if self.slots > 1 and self.Q == self.C and not (self.N == 1 and padded):
                 self.at = conv_fold.spread(self)
+            if self.Q > self.C and self.phased and dst_chip is not None and self.N > 1:  # the stem -> pool chain
+                from tilec.compiler import stem_chain  # (late: stem_chain imports this module)
+                self.at = stem_chain.placement(self)
         # a padded read's first bands (their rows clipped at X's top) in slots of their own, every slot's halo
         # zeroed once (conv_halo.fixed_slots); the shared slots' count then keeps its reuse distance for the others
         self.fixed = conv_halo.fixed_slots(self) if self.slots > 1 else {}

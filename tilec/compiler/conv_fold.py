@@ -187,15 +187,25 @@ def spread(b: _ConvBuilder) -> tuple[int, ...]:
     cap = -(-(copies * C) // n_dma)
     if not b.halves or b.mixed or C > cap or cap >= ppe or -(-(copies * C) // ppe) >= n_dma:
         return ()
-    held, out, p = [0] * n_dma, [], 0
+    return place(copies, C, [cap] * n_dma)
+
+
+def place(copies: int, C: int, caps: list[int]) -> tuple[int, ...]:
+    """First partitions of `copies` copies of C partitions, each as low as it goes without DMA engine e holding
+    more than caps[e] of their partitions (8 partitions an engine; a copy straddling two counts on both), () when
+    they do not fit the 128 partitions."""
+    ppe = PMAX // len(caps)
+    held, out, p = [0] * len(caps), [], 0
     for _ in range(copies):
-        while any(held[e] + n > cap for e, n in _per_engine(p, C, ppe)):
+        while p + C <= PMAX and any(held[e] + n > caps[e] for e, n in _per_engine(p, C, ppe)):
             p += 1
+        if p + C > PMAX:
+            return ()
         for e, n in _per_engine(p, C, ppe):
             held[e] += n
         out.append(p)
         p += C
-    return tuple(out) if p <= PMAX else ()
+    return tuple(out)
 
 
 def _per_engine(p0: int, n: int, ppe: int) -> list[tuple[int, int]]:
@@ -218,9 +228,10 @@ def engine_pieces(b: _ConvBuilder, j: int) -> list[tuple[int, int]]:
 
 
 def spread_weights(b: _ConvBuilder, raw: Buf) -> tuple[Buf, list[Stmt]]:
-    """The gathered stationary rows (copy j at j * C) moved to the spread copies' columns (copy_at(j)) of a zeroed
-    buffer, one copy per run of copies that stay C apart, alternating VectorE and ScalarE."""
-    C, line = b.C, b.L["update"]
+    """The gathered stationary rows (copy j at j * C: conv_pairs.gather_halves, `gathered`) moved to the spread
+    copies' columns (copy_at(j)) of a zeroed buffer, one copy per run of copies that stay C apart, alternating
+    VectorE and ScalarE."""
+    C, Q, line = b.C, gathered(b), b.L["update"]
     wide = Buf(b.fresh(f"{raw.name}_spread"), "sbuf", raw.dtype, raw.shape[:2] + (b.copy_parts(len(b.shifts)),))
     runs: list[list[int]] = []
     for j in range(len(b.shifts)):
@@ -232,9 +243,16 @@ def spread_weights(b: _ConvBuilder, raw: Buf) -> tuple[Buf, list[Stmt]]:
     for i, run in enumerate(runs):
         n = len(run) * C
         dst = View(wide, (full(raw.shape[0]), full(raw.shape[1]), sl(b.copy_at(run[0]), n)))
-        src = View(raw, (full(raw.shape[0]), full(raw.shape[1]), sl(run[0] * C, n)))
+        src = View(raw, (full(raw.shape[0]), full(raw.shape[1]), sl(run[0] * Q, n)))
         out.append(ir.Act(dst, src, "copy", None, 1.0, line) if i % 2 else ir.Copy(dst, src, line))
     return wide, out
+
+
+def gathered(b: _ConvBuilder) -> int:
+    """Columns between band halves' copies in their gathered stationary rows: Q, or C when spread_weights moves
+    them to their partitions (the moves then take runs of copies, not one copy each: the stem chain's 27 placed
+    copies in 12 moves, not 27)."""
+    return b.C if b.at else b.Q
 
 
 def flat_rows(b: _ConvBuilder) -> bool:

@@ -40,7 +40,7 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     op, line, C, K = b.op, b.L["update"], b.C, b.K
     parts = b.copy_parts(len(b.shifts))  # the contraction rows: the band copies (and the zero gaps between)
     rows = Buf(b.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (2 * K, C, b.R, b.S))
-    width = len(b.shifts) * b.Q if b.halves else parts  # (halves: whole copies, gathered as [copies, Q])
+    width = len(b.shifts) * conv_fold.gathered(b) if b.halves else parts  # (halves: whole copies, [copies, Q])
     raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, b.n_groups, width))
     tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (parts, 2 * K))
     whole_w = (full(C), full(b.R), full(b.S))
@@ -181,21 +181,23 @@ def columns_per_copy(b: _ConvBuilder, plan: ConvPlan) -> int:
     nr = b.R + b.sy if b.phased else 2 * b.R  # row copies per column copy
     top = min(b.S, PMAX // (nr * b.C))
     x_bytes, y_bytes = DTYPE_BYTES[b.hbm[b.op.x].dtype], DTYPE_BYTES[b.hbm[b.op.out].dtype]
-    groups = plan.band // (2 * plan.rows) * -(-b.Wo // plan.tile_x)
-    factor = 4 if x_bytes == 4 else 1
     t = compiled()
     bw = t.dma_engines * t.dma_engine_bw
     store = b.K * plan.band * b.Wo * y_bytes
 
-    def pe_ns(m: int) -> float:
-        return groups * -(-b.S // m) * (plan.rows * plan.tile_x + 9) * factor / t.tensor_ghz
-
     def band_ns(m: int) -> float:
-        return max(pe_ns(m), (m * nr * b.C * (plan.band // 2) * b.in_cols() * x_bytes + store) / bw)
+        return max(pe_ns(b, plan, m), (m * nr * b.C * (plan.band // 2) * b.in_cols() * x_bytes + store) / bw)
     if b.phased and b.dst_chip is not None and b.N > 1 and b.NB > 1 and plan.x_bufs != 1:  # the stem -> pool chain
         from tilec.compiler import stem_chain  # (late: stem_chain imports build_conv, which imports this module)
-        return stem_chain.columns_per_copy(b, plan, top, pe_ns)
+        return stem_chain.columns_per_copy(b, plan, top)
     return min(range(top, 0, -1), key=band_ns)  # (the largest M of the best)
+
+
+def pe_ns(b: _ConvBuilder, plan: ConvPlan, m: int) -> float:
+    """TensorE's time per band of band halves with M = m: ceil(S / m) matmuls a group (fp32 at a quarter rate)."""
+    groups = plan.band // (2 * plan.rows) * -(-b.Wo // plan.tile_x)
+    factor = 4 if DTYPE_BYTES[b.hbm[b.op.x].dtype] == 4 else 1
+    return groups * -(-b.S // m) * (plan.rows * plan.tile_x + 9) * factor / compiled().tensor_ghz
 
 
 def gather_halves(b: _ConvBuilder, rows: Buf, raw: Buf) -> list[Stmt]:
@@ -204,7 +206,7 @@ def gather_halves(b: _ConvBuilder, rows: Buf, raw: Buf) -> list[Stmt]:
     a copy per channel), so each gather moves an [K, R, C] block (the stem: 3 + 14 copies instead of 98 blocks)."""
     op, line, C, K, R, S = b.op, b.L["update"], b.C, b.K, b.R, b.S
     tapmajor = Buf(b.fresh(f"{op.w}_rsc"), "sbuf", rows.dtype, (2 * K, R, S, C))
-    slots = Buf(b.fresh(f"{op.w}_copies"), "sbuf", raw.dtype, (2 * K, b.n_groups, len(b.shifts), b.Q))
+    slots = Buf(b.fresh(f"{op.w}_copies"), "sbuf", raw.dtype, (2 * K, b.n_groups, len(b.shifts), conv_fold.gathered(b)))
     out: list[Stmt] = [Alloc(tapmajor, line=line)]
     moves: list[tuple[View, View]] = [(View(tapmajor, (full(2 * K), full(R), full(S), a(ch))),
                                        View(rows, (full(2 * K), a(ch), full(R), full(S)))) for ch in range(C)]

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from tilec.compiler import ir
+from tilec.compiler import conv_fold, ir
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.conv_chain import OnChip, Rename
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Reduce, Stmt, View, full, whole
@@ -187,40 +187,93 @@ def _block(pool: PoolOp, img: Buf, hc: Buf, bufs: tuple[Buf, Buf, int], k: int, 
     return out
 
 
-def columns_per_copy(b: _ConvBuilder, plan: ConvPlan, top: int, pe_ns: Callable[[int], float]) -> int:
-    """The phased conv's M (conv_pairs.columns_per_copy) in the chain from batch 2 on. A band takes the longer of
-    TensorE's time (pe_ns) and the busiest DMA engine's: its partitions of the band's copies (M x (R + sy) copies of
-    C channels, in band slots PMAX // copies apart, or spread over the engines when that packs them: build_conv,
-    conv_fold.spread; a DMA engine serves 8 partitions, DMAINTRO; the model's dma_transfer_ns constants) plus, on
-    the odd half's engines, the pool's seam DMA and store of the band's pooled rows, which from the second image on
-    run beside the conv (the pool is one image behind: pool_chain.skewed). conv_pairs' rule spreads every byte
-    over the 16 engines and counts T's store, which the chain does not have: bf16 stem_maxpool batch 8 took M = 3,
-    27 copies 4 apart on engines 0-13 (6 partitions each) with the seam and store on 8-13, 3.2 us of DMA per band
-    against TensorE's 2.0 (110.25 us run); M = 2 puts 18 copies 7 apart (4 partitions at most per engine) for 4
-    matmuls a group instead of 3, TensorE-bound at 2.7 us a band (102.13). At batch 2 only the second image's conv
-    meets the pool's DMAs, and M = 3 stays (48.2 us total; 49.9 with M = 2)."""
-    from tilec.perf.params import target_params  # the model's constants, late: perf reads kernels
-    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
-    ppe, n_dma = int(prm["dma_partitions_per_engine"]), int(prm["dma_engines"])
-    desc, bw = prm["dma_desc_ns"], prm["dma_engine_bw"]
-    rows, cols = plan.band // 2, b.in_cols()
-    xb, yb = DTYPE_BYTES[b.hbm[b.op.x].dtype], DTYPE_BYTES[b.hbm[b.op.out].dtype]
-    # per engine of the odd half: the seam and the store, one run of rows x Wo / 2 per partition each
-    pool = 2 * math.hypot(ppe * desc, ppe * rows * (b.Wo // 2) * yb / bw)
+def columns_per_copy(b: _ConvBuilder, plan: ConvPlan, top: int) -> int:
+    """The phased conv's M (conv_pairs.columns_per_copy) in the chain from batch 2 on: the M whose images take the
+    least (`_totals`, either copy layout). conv_pairs' rule spreads every byte over the 16 engines and counts T's
+    store, which the chain does not have: bf16 stem_maxpool batch 8 took M = 3, 27 copies 4 apart on engines 0-13
+    (6 partitions each) with the seam and store on 8-13, 3.2 us of DMA per band against TensorE's 2.0 (110.25 us
+    run); M = 2 put 18 copies 7 apart (4 partitions at most per engine) for 4 matmuls a group instead of 3,
+    TensorE-bound at 2.7 us a band (102.13, stem22); M = 3 with the copies placed around the pool's DMAs (`place`)
+    is 2.35 us a band (93.5, stem23). At batch 2 only the second image's conv meets the pool's DMAs."""
+    return min(range(top, 0, -1), key=lambda m: min(_totals(b, plan, m)))
 
-    def band_ns(m: int, pooled: bool) -> float:
-        copies = m * (b.R + b.sy)
-        q = max(b.C, PMAX // copies)
-        held = [0] * n_dma
-        for j in range(copies):
-            for p in range(j * q, j * q + b.C):
-                held[min(p // ppe, n_dma - 1)] += 1
-        if q == b.C:  # packed: conv_fold.spread evens them out (the share, rounded up)
-            held = [min(h, -(-(copies * b.C) // n_dma)) for h in held]
-        dma = max(math.hypot(h * rows * desc, h * rows * cols * xb / bw) + (pool if pooled and e * ppe >= b.K else 0)
-                  for e, h in enumerate(held))
-        return max(pe_ns(m), dma)
-    return min(range(top, 0, -1), key=lambda m: band_ns(m, False) + (b.N - 1) * band_ns(m, True))
+
+def placement(b: _ConvBuilder) -> tuple[int, ...]:
+    """The first partitions of the chain's band copies (build_conv's `at`) when placing them (`_totals`) beats
+    PMAX // copies apart, else (). Copies packed C apart keep conv_fold.spread (f32: TensorE-bound)."""
+    apart, placed = _totals(b, b.p, b.M)
+    return _DmaCosts(b, b.p.band // 2).place(len(b.shifts), b.C) if placed < apart else ()
+
+
+PLACED_MARGIN = 1.04  # the estimate's error at near ties (below)
+
+
+def _totals(b: _ConvBuilder, plan: ConvPlan, m: int) -> tuple[float, float]:
+    """The conv's estimated time over the batch with M = m, copies PMAX // copies apart and placed (inf when they
+    are packed, or do not fit). A band takes the longer of TensorE's time (conv_pairs.pe_ns) and the busiest DMA
+    engine's: its partitions of the band's copies plus, on the odd half's engines, the pool's seam DMA and store
+    of the band's pooled rows, which from the second image on run beside the conv (the pool is one image behind:
+    pool_chain.skewed). The odd half's engines thus have less room for copies: placed copies even out each
+    engine's loads plus pool DMAs (conv_fold.place under per-engine caps, the lowest busiest-engine time that fits),
+    at the cost of the stationary's rows moved to them a run of copies C apart at a time (conv_fold.spread_weights,
+    VectorE and ScalarE in turn, beside the gathers: an instruction's fixed cost each, in the kernel's head; counted
+    as one engine's, half of them was too few: bf16 N=8 160 x 160 placed at M = 2, 72.0 -> 73.1 us)."""
+    from tilec.compiler import conv_pairs  # (late: conv_pairs imports this module late too)
+    costs, copies = _DmaCosts(b, plan.band // 2), m * (b.R + b.sy)
+    pe = conv_pairs.pe_ns(b, plan, m)
+
+    def dma(held: list[int], pooled: bool) -> float:
+        return max(h * costs.unit + (costs.pool[e] if pooled else 0) for e, h in enumerate(held))
+
+    def images(held: list[int]) -> float:
+        return b.NB * (max(pe, dma(held, False)) + (b.N - 1) * max(pe, dma(held, True)))
+    q = max(b.C, PMAX // copies)
+    share = [-(-(copies * b.C) // len(costs.pool))] * len(costs.pool)  # packed: conv_fold.spread's share
+    held = costs.held(range(0, copies * q, q), b.C) if q > b.C else share
+    # not placed: bands whose DMAs take less than a DMA's latency (they wait for that, not for the busiest engine),
+    # two bands an image (the first has a slot of its own, the other one slot, zeroed whole at each use: a memset
+    # this estimate does not count; bf16 N=4 112 x 224 placed 52.5 -> 54.1 us, N=8 128 x 128 65.0 -> 65.6)
+    at = costs.place(copies, b.C) if q > b.C and dma(held, True) > costs.latency and b.NB > 2 else ()
+    # placed only when it wins by more than PLACED_MARGIN: near ties went the wrong way (bf16 N=5 176 x 176: M = 3
+    # placed estimated 35.26 us against M = 2 apart 35.57, measured 61.3 -> 61.7 us in all; N=3 224 x 224, 31.85
+    # against 32.62, is 59.4 -> 57.2)
+    moves = sum(1 for j, p in enumerate(at) if not j or p != at[j - 1] + b.C)  # (conv_fold.spread_weights' runs)
+    placed = (images(costs.held(at, b.C)) + moves * costs.move) * PLACED_MARGIN if at else math.inf
+    return images(held), placed
+
+
+class _DmaCosts:
+    """Per band, on the performance model's constants (dma_transfer_ns: a descriptor per row, DMAINTRO's 8
+    partitions per engine): `unit` is one partition's loads (rows of the band's columns), pool[e] engine e's share
+    of the pool's seam DMA and store (the odd half's engines, partitions K..2K), `move` a VectorE instruction's
+    fixed cost, `latency` a DMA's."""
+
+    def __init__(self, b: _ConvBuilder, rows: int) -> None:
+        from tilec.perf.params import target_params  # the model's constants, late: perf reads kernels
+        prm = {name: value for name, value, _ in target_params(compiled().name).table()}
+        self.ppe, n_dma = int(prm["dma_partitions_per_engine"]), int(prm["dma_engines"])
+        desc, bw = prm["dma_desc_ns"], prm["dma_engine_bw"]
+        xb, yb = DTYPE_BYTES[b.hbm[b.op.x].dtype], DTYPE_BYTES[b.hbm[b.op.out].dtype]
+        self.unit = math.hypot(rows * desc, rows * b.in_cols() * xb / bw)
+        pool = 2 * math.hypot(self.ppe * desc, self.ppe * rows * (b.Wo // 2) * yb / bw)
+        self.pool = [pool if b.K <= e * self.ppe < 2 * b.K else 0.0 for e in range(n_dma)]
+        self.move, self.latency = prm["vector_static_cycles"] / prm["vector_ghz"], prm["dma_latency_ns"]
+
+    def place(self, copies: int, C: int) -> tuple[int, ...]:
+        """The copies under the caps of the lowest busiest-engine time at which they fit (() if none)."""
+        for t in sorted({h * self.unit + x for h in range(self.ppe + 1) for x in self.pool}):
+            at = conv_fold.place(copies, C, [max(0, min(self.ppe, int((t - x) / self.unit + 1e-9))) for x in self.pool])
+            if at:
+                return at
+        return ()
+
+    def held(self, at: Iterable[int], C: int) -> list[int]:
+        """Partitions of the copies at `at` on each DMA engine."""
+        held = [0] * len(self.pool)
+        for p0 in at:
+            for p in range(p0, p0 + C):
+                held[p // self.ppe] += 1
+        return held
 
 
 def image_bytes(producer: ConvOp, dtype: str) -> int:
