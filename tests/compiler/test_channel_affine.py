@@ -33,13 +33,7 @@ def test_batch_norm_inference_matches_numpy(dt: str) -> None:
     loops = kernel.index("for o in")
     assert kernel.index("nl.rsqrt") < loops  # the column's rsqrt before the loops, once
     assert "engine=nisa.scalar_engine" in kernel[loops:]  # the scale and shift on ScalarE (NKI 0.1's spelling)
-    inputs = lang.random_inputs(c.program, seed=4)
-    inputs["var"] = np.abs(inputs["var"]) + np.float32(0.1)
-    x = rounded(inputs, dt) if dt != "f32" else {k: np.asarray(v, np.float64) for k, v in inputs.items()}
-    x["var"] = np.asarray(inputs["var"], np.float64)
-    col = lambda v: v[None, :, None, None]  # noqa: E731
-    want = (x["X"] - col(x["mean"])) / np.sqrt(col(x["var"]) + 1e-5) * col(x["g"]) + col(x["b"])
-    assert_matches(c.program, "Y", c.run(**inputs)["Y"], want)
+    check(c, dt, seed=4)
 
 
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
@@ -50,7 +44,12 @@ def test_batch_norm_over_32_channels_fills_the_partitions(dt: str) -> None:
     c = compile_loaded(lang.load(src), target="trn2")
     kernel = numbered(c.source)
     assert "X_v = X.reshape((2, 32, 4, 4, 128))" in kernel and "g_rep" in kernel  # [N, C, 4, H / 4, W]
-    inputs = lang.random_inputs(c.program, seed=5)
+    check(c, dt, seed=5)
+
+
+def check(c, dt: str, seed: int) -> None:
+    """The kernel against batch norm in NumPy (float64, from the inputs as the kernel sees them; var > 0)."""
+    inputs = lang.random_inputs(c.program, seed=seed)
     inputs["var"] = np.abs(inputs["var"]) + np.float32(0.1)
     x = rounded(inputs, dt) if dt != "f32" else {k: np.asarray(v, np.float64) for k, v in inputs.items()}
     x["var"] = np.asarray(inputs["var"], np.float64)

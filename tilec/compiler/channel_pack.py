@@ -25,46 +25,30 @@ import math
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
-from tilec.compiler.lower import size_value, uses_names
+from tilec.compiler.lower import size_value
 from tilec.compiler.names import unique
-from tilec.compiler.packed_rows import _loop_vars, _used_elsewhere
-from tilec.compiler.rewrite import nested, perfect_nest, resolved
-from tilec.compiler.rewrite import taken_names
+from tilec.compiler.packed_rows import PARTS, _used_elsewhere, output_nest, views_rewritten
+from tilec.compiler.rewrite import nested
 from tilec.lang import syntax as sx
 
-PARTS = 128  # partitions of a tile
 MIN_FREE = 512  # elements per partition left after the split: a shorter tile pays each instruction's fixed cost
 
 
 def split_channel_columns(program):
-    kernel = program.kernel
-    taken = taken_names(kernel) | _loop_vars(kernel.body)
-    decls: list[sx.Decl] = []
-    body: list[sx.Stmt] = []
-    shapes: dict[str, tuple[sx.Expr, ...]] = {}
-    for top in kernel.body:
-        found = _candidate(program, top)
-        if found is None:
-            body.append(top)
-            continue
-        loops, st, j, k = found
-        fills, nest, new_decls = _rewritten(program, loops, st, j, k, taken)
-        decls += new_decls
-        body += fills + [nest]
-        y = loops[j + 1]
-        split = tuple(lp.stop for lp in loops[:j + 1]) + (sx.Num(k), sx.BinOp("/", y.stop, sx.Num(k), y.span)) + \
-            tuple(lp.stop for lp in loops[j + 2:])
-        for name in _full(st, len(loops)):
-            shapes[name] = split
-    if not shapes:
-        return program
-    params = tuple(replace(p, type=replace(p.type, shape=shapes[p.name])) if p.name in shapes else p
-                   for p in kernel.params)
-    kept = tuple(replace(d, type=replace(d.type, shape=shapes[d.name])) if d.name in shapes else d
-                 for d in kernel.decls)
-    out = resolved(program, replace(kernel, params=params, decls=kept + tuple(decls), body=tuple(body)))
-    views = {name: program.tensors[name].shape for name in shapes}
-    return replace(out, views={**program.views, **views})
+    return views_rewritten(program, _one)
+
+
+def _one(program, top: sx.Stmt, taken: set[str]):
+    """(fills, the nest, declarations, {tensor: its view's shape}) for a nest to rewrite, else None."""
+    found = _candidate(program, top)
+    if found is None:
+        return None
+    loops, st, j, k = found
+    fills, nest, decls = _rewritten(program, loops, st, j, k, taken)
+    y = loops[j + 1]
+    split = tuple(lp.stop for lp in loops[:j + 1]) + (sx.Num(k), sx.BinOp("/", y.stop, sx.Num(k), y.span)) + \
+        tuple(lp.stop for lp in loops[j + 2:])
+    return fills, nest, decls, {name: split for name in _full(st, len(loops))}
 
 
 def _full(st: sx.Assign, n: int) -> list[str]:
@@ -73,18 +57,11 @@ def _full(st: sx.Assign, n: int) -> list[str]:
 
 def _candidate(program, top: sx.Stmt):
     """(loops, statement, the columns' loop position j, the split k) when `top` is a nest to rewrite, else None."""
-    loops, st = perfect_nest(top)
-    if len(loops) < 3 or not isinstance(st, sx.Assign) or st.op != "=" or \
-            any(lp.start != sx.Num(0) for lp in loops):
+    found = output_nest(program, top, 3)
+    if found is None:
         return None
-    names = [lp.var for lp in loops]
-    symbols = set(names) | set(program.sizes) | {lt.name for lt in program.kernel.lets}
-    if uses_names(sx.map_reads(st.value, lambda a: sx.Num(0, a.span)), symbols):
-        return None  # a loop variable or size read as a value: left as written
-    out = st.target
-    if out.tensor not in program.kernel.outputs or out.tensor in program.views or \
-            [ix.id if isinstance(ix, sx.Name) else None for ix in out.indices] != names:
-        return None
+    loops, st = found
+    names, out = [lp.var for lp in loops], st.target
     cols: set[str] = set()
     for a in accesses(st.value):
         idx = [ix.id if isinstance(ix, sx.Name) else None for ix in a.indices]

@@ -35,25 +35,45 @@ PARTS = 128  # partitions of a tile
 
 
 def split_short_rows(program):
+    return views_rewritten(program, _one)
+
+
+def _one(program, top: sx.Stmt, taken: set[str]):
+    """(fills, the nest, declarations, {tensor: its view's shape}) for a nest to rewrite, else None."""
+    found = _candidate(program, top)
+    if found is None:
+        return None
+    loops, st, s, k = found
+    fills, nest, decls, full = _rewritten(program, loops, st, s, k, taken)
+    shape = (_outer(loops[:len(loops) - s], k), sx.Num(k)) + tuple(lp.stop for lp in loops[len(loops) - s:])
+    return fills, nest, decls, {name: shape for name in full}
+
+
+def views_rewritten(program, one):
+    """Each top-level nest `one(program, top, taken)` rewrites -> (fills, nest, declarations, {tensor: shape}):
+    the fills and the nest in its place, the tensors viewed with those shapes (`viewed`); the same object when
+    `one` rewrites none (None for every nest). This rewrite's and channel_pack.py's."""
     kernel = program.kernel
     taken = taken_names(kernel) | _loop_vars(kernel.body)
     decls: list[sx.Decl] = []
     body: list[sx.Stmt] = []
     shapes: dict[str, tuple[sx.Expr, ...]] = {}
     for top in kernel.body:
-        found = _candidate(program, top)
+        found = one(program, top, taken)
         if found is None:
             body.append(top)
             continue
-        loops, st, s, k = found
-        fills, nest, new_decls, full = _rewritten(program, loops, st, s, k, taken)
+        fills, nest, new_decls, viewed_as = found
         decls += new_decls
         body += fills + [nest]
-        for name in full:
-            shapes[name] = (_outer(loops[:len(loops) - s], k), sx.Num(k)) + \
-                tuple(lp.stop for lp in loops[len(loops) - s:])
-    if not shapes:
-        return program
+        shapes.update(viewed_as)
+    return viewed(program, decls, body, shapes) if shapes else program
+
+
+def viewed(program, decls: list[sx.Decl], body: list[sx.Stmt], shapes: dict[str, tuple[sx.Expr, ...]]):
+    """The program with `body` and the new declarations, each tensor of `shapes` declared with that shape: a view
+    of its memory as it is (its signature keeps the shape: pipeline.build_kernel's views). Also channel_pack.py's."""
+    kernel = program.kernel
     params = tuple(replace(p, type=replace(p.type, shape=shapes[p.name])) if p.name in shapes else p
                    for p in kernel.params)
     kept = tuple(replace(d, type=replace(d.type, shape=shapes[d.name])) if d.name in shapes else d
@@ -68,10 +88,13 @@ def _loop_vars(body: tuple[sx.Stmt, ...]) -> set[str]:
         set().union(*(_loop_vars(st.body) for st in body if isinstance(st, sx.Loop)))
 
 
-def _candidate(program, top: sx.Stmt):
-    """(loops, statement, rows' suffix length s, rows per partition k) when `top` is a nest to rewrite, else None."""
+def output_nest(program, top: sx.Stmt, least: int) -> tuple[list[sx.Loop], sx.Assign] | None:
+    """(loops, statement) of a top-level perfect nest of at least `least` loops from 0 around one `=` statement
+    storing a kernel output (not already viewed) at its loop variables in order, reading no loop variable or size
+    as a value; else None. The nests this rewrite and channel_pack.py view anew."""
     loops, st = perfect_nest(top)
-    if len(loops) < 2 or not isinstance(st, sx.Assign) or st.op != "=":
+    if len(loops) < least or not isinstance(st, sx.Assign) or st.op != "=" or \
+            any(lp.start != sx.Num(0) for lp in loops):
         return None
     names = [lp.var for lp in loops]
     symbols = set(names) | set(program.sizes) | {lt.name for lt in program.kernel.lets}
@@ -81,6 +104,16 @@ def _candidate(program, top: sx.Stmt):
     if out.tensor not in program.kernel.outputs or out.tensor in program.views or \
             [ix.id if isinstance(ix, sx.Name) else None for ix in out.indices] != names:
         return None
+    return loops, st
+
+
+def _candidate(program, top: sx.Stmt):
+    """(loops, statement, rows' suffix length s, rows per partition k) when `top` is a nest to rewrite, else None."""
+    found = output_nest(program, top, 2)
+    if found is None:
+        return None
+    loops, st = found
+    names, out = [lp.var for lp in loops], st.target
     suffix = 0
     for a in accesses(st.value):
         idx = [ix.id if isinstance(ix, sx.Name) else None for ix in a.indices]
@@ -93,7 +126,7 @@ def _candidate(program, top: sx.Stmt):
             suffix = max(suffix, len(idx))
         else:
             return None
-    if not suffix or any(lp.start != sx.Num(0) for lp in loops):
+    if not suffix:
         return None
     full = {out.tensor} | {a.tensor for a in accesses(st.value) if len(a.indices) == len(names)}
     if _used_elsewhere(program.kernel.body, top, full):
