@@ -140,7 +140,7 @@ class _ConvBuilder:
     bias_bc: Buf  # a matmul's row bias on every partition (conv_weights.bias_row)
     w_rows: Buf | None = None  # a batched matmul's stationary rows, one buffer declared once (rows_once)
     o_tiles: Buf | None = None  # a batched matmul's output rows of every out-channel tile (tiles_band)
-    o_rows: Buf | None = None  # the output seen as [N, tiles, 128], stored from o_tiles as rows (conv_batched.rows_store)
+    o_rows: Buf | None = None  # the output seen as [N, tiles, 128], stored as rows (conv_batched.rows_store)
     x_rows_v: Buf | None = None  # the vector seen as [N, tiles, 128], loaded as rows (conv_batched.vector_rows)
     x_rows: Buf | None = None  # a batched A B^T's rows of B, one buffer declared once (prelude)
     r_band: Buf  # the residual's band added on the eviction (conv_epilogue.residual_band)

@@ -260,7 +260,8 @@ def column_rows(b: _ConvBuilder) -> bool:
     attention bf16 4 x 8 x 2048 x 128: the score columns' stores were 366 us of DMA queue time)."""
     op, p = b.op, b.p
     fp32_turned = op.w_layout != "ck" and DTYPE_BYTES[b.hbm[op.w].dtype] == 4
-    return bool(op.w_batch and not fp32_turned and b.Ho * b.Wo == 1 and b.KR == 0 and 1 < b.KT <= PMAX and b.pair == 1 and b.dup == 1
+    return bool(op.w_batch and not fp32_turned and b.Ho * b.Wo == 1 and b.KR == 0 and 1 < b.KT <= PMAX
+                and b.pair == 1 and b.dup == 1
                 and b.dst_chip is None and not op.pool and not op.residual and "n" in p.order and "k" in p.order
                 and p.order.index("n") < p.order.index("k"))
 
@@ -288,7 +289,8 @@ def vector_rows(b: _ConvBuilder) -> bool:
     fp32 = DTYPE_BYTES[b.hbm[op.x].dtype] == 4
     fp32_turned = op.w_layout != "ck" and DTYPE_BYTES[b.hbm[op.w].dtype] == 4
     return bool(op.w_batch and not fp32_turned and b.Ho * b.Wo == 1 and b.H * b.W == 1 and b.CR == 0
-                and (VECTOR_ROWS_FP32 if fp32 else 2) <= b.CT <= PMAX and b.fold == 1 and not b.stack and b.src_chip is None
+                and (VECTOR_ROWS_FP32 if fp32 else 2) <= b.CT <= PMAX and b.fold == 1 and not b.stack
+                and b.src_chip is None
                 and not op.x_transposed and b.p.tile_c == PMAX)
 
 

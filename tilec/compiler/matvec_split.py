@@ -17,7 +17,8 @@ vector and the result copied through temporaries with a unit last dimension:
 Done for a top-level nest `for batch.., m: y[batch.., m] = init; for k: y[..] += A[batch.., m, k] * x[batch.., k]`
 or a vector times a matrix, `x[batch.., k] * A[batch.., k, m]` (a masked sum over a sequence); the vector may be a
 product of factors reading only the batch indices and k (`m[b, s] / cnt[b]`, masked mean pooling: computed into
-x_col; f32 beside an f32 matrix, the matrix's 16-bit dtype where the tolerance allows it: _vector_dtype), in any order, constant factors kept, at least one batch index, every
+x_col; f32 beside an f32 matrix, the matrix's 16-bit dtype where the tolerance allows it: _vector_dtype), in any
+order, constant factors kept, at least one batch index, every
 index a plain loop variable of a loop from 0. The same object when there is none."""
 from __future__ import annotations
 

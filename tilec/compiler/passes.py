@@ -56,14 +56,19 @@ def _reads_a_write(b: Stmt, body: tuple[Stmt, ...]) -> bool:
     return any(mine & _written((s,)) for s in body if s is not b)
 
 
+# the fields a statement writes through: its destination, a matmul's accumulator, an activation's row sums
+_WRITES = ("dst", "acc", "total")
+
+
 def _read(body: tuple[Stmt, ...]) -> set[str]:
-    return {v.buf.name for x in ir.walk(body) if dataclasses.is_dataclass(x)
-            for f in dataclasses.fields(x) if f.name != "dst" and isinstance(v := getattr(x, f.name), ir.View)}
+    return {v.buf.name for x in ir.walk(body) if dataclasses.is_dataclass(x) for f in dataclasses.fields(x)
+            if f.name not in ("dst", "total") and isinstance(v := getattr(x, f.name), ir.View)}
 
 
 def _written(body: tuple[Stmt, ...]) -> set[str]:
-    return {x.buf.name if isinstance(x, ir.Alloc) else x.dst.buf.name for x in ir.walk(body)
-            if isinstance(x, ir.Alloc) or getattr(x, "dst", None) is not None}
+    return {x.buf.name for x in ir.walk(body) if isinstance(x, ir.Alloc)} | \
+        {v.buf.name for x in ir.walk(body) if not isinstance(x, ir.Alloc)
+         for f in _WRITES if isinstance(v := getattr(x, f, None), ir.View)}
 
 
 def _vars(node) -> set[str]:

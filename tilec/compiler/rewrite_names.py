@@ -108,7 +108,9 @@ def _assigns(body: tuple[sx.Stmt, ...]):
 
 def moved_sums(before, after) -> dict[str, str]:
     """Tensor -> the new temporary its accumulation moved into: in `after` the tensor no longer accumulates and its
-    statements read exactly one new tensor that does."""
+    statements read exactly one new tensor that does, indexed as the tensor is (`O = O_acc / z`). A temporary read
+    permuted (`Y[n, y, x, c] = Y_c[n, c, y, x]`: an NHWC conv computed channels-first) is another op's result: a
+    directive on the tensor's loops means that permute's."""
     def accumulating(program) -> set[str]:
         return {st.target.tensor for st in _assigns(program.kernel.body) if st.op != "="}
 
@@ -117,9 +119,10 @@ def moved_sums(before, after) -> dict[str, str]:
     out: dict[str, str] = {}
     for st in _assigns(after.kernel.body):
         name = st.target.tensor
-        read = {a.tensor for a in accesses(st.value)} & fresh
-        if name in old - now and len(read) == 1:
-            out[name] = read.pop()
+        read = [a for a in accesses(st.value) if a.tensor in fresh]
+        if name in old - now and len({a.tensor for a in read}) == 1 and \
+                all(a.indices == st.target.indices for a in read):
+            out[name] = read[0].tensor
     return out
 
 

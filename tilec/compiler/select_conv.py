@@ -135,7 +135,8 @@ def select_conv(comp: Comp, program) -> ConvOp:
         _check_merged_batch(comp, program, batch, (m_acc, s_acc) if w_batch else (m_acc,))
     conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout, tail)
     conv = replace(conv, w_batch=bool(w_batch), x_transposed=x_transposed)
-    if rows and conv.bias and conv.bias_role == "k":  # the bias column would be read as [prod(rows), 1] (fuzz23)
+    # the bias column would be read as [prod(rows), 1] (fuzz23); trailing rows' bias is indexed by them all (_bias)
+    if rows and not tail and conv.bias and conv.bias_role == "k":
         init = cast(sx.Access, comp.init)
         raise reject(comp, f"a bias `{fmt_expr(init)}` indexed by `{p}` alone cannot start rows merged with "
                            f"`{', '.join(rows[:-1])}` (the stationary operand {s_acc.tensor} is seen as one matrix)",
