@@ -20,7 +20,8 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import perfect_nest, rechecked, taken_names
+from tilec.compiler.rewrite import from_zero, rechecked, taken_names
+from tilec.compiler.sum_split import init_and_sum
 from tilec.lang import syntax as sx
 
 
@@ -45,15 +46,13 @@ def split_squared_distances(program):
 
 def _distance_nest(top: sx.Stmt):
     """((the i loop, the j loop), the k loop, the init, (P, Q)) of such a nest, or None."""
-    outer, last = perfect_nest(top)
-    if len(outer) != 1 or not isinstance(last, sx.Loop) or len(last.body) != 2 or not _from_zero(last):
+    found = init_and_sum(top)
+    if found is None:
         return None
-    init, k_nest = last.body
-    if not (isinstance(init, sx.Assign) and init.op == "=" and init.value == sx.Num(0)):
+    outer, init, reduced, update = found
+    if len(outer) != 2 or len(reduced) != 1 or not from_zero(outer[1]) or init.value != sx.Num(0):
         return None
-    reduced, update = perfect_nest(k_nest)
-    if len(reduced) != 1 or not isinstance(update, sx.Assign) or update.op != "+=" or update.target != init.target:
-        return None
+    last = outer[1]
     i, j, k = outer[0].var, last.var, reduced[0].var
     if init.target.indices != (sx.Name(i), sx.Name(j)):
         return None
@@ -67,10 +66,6 @@ def _distance_nest(top: sx.Stmt):
     if not (_indexed_by(p, {i, k}) and _indexed_by(q, {j, k})):
         return None
     return (outer[0], last), reduced[0], init, (p, q)
-
-
-def _from_zero(lp: sx.Loop) -> bool:
-    return isinstance(lp.start, sx.Num) and lp.start.value == 0
 
 
 def _indexed_by(e: sx.Expr, names: set[str]) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from tilec.compiler.exprs import accesses
 from tilec.compiler.names import unique
 from tilec.compiler.reduce_split import IDENTITY, identity
-from tilec.compiler.rewrite import nested, perfect, read_order, rechecked, taken_names
+from tilec.compiler.rewrite import from_zero, nested, perfect, read_order, rechecked, taken_names
 from tilec.lang import syntax as sx
 
 def split_gapped_reductions(program):
@@ -53,7 +53,7 @@ def _gapped(top: sx.Stmt):
     if not (isinstance(init, sx.Assign) and init.op == "=" and isinstance(red, sx.Assign) and red.op in IDENTITY):
         return None
     loops = kept_loops + red_loops
-    if not red_loops or any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
+    if not red_loops or any(not from_zero(lp) for lp in loops):
         return None
     kept = [lp.var for lp in kept_loops]
     if red.target != init.target or [ix.id if isinstance(ix, sx.Name) else None for ix in red.target.indices] \

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
-from tilec.compiler.rewrite import nested, perfect_nest, resolved
+from tilec.compiler.rewrite import from_zero, nested, perfect_nest, resolved
 from tilec.lang import syntax as sx
 
 
@@ -59,8 +59,7 @@ def _broadcast_init(top: sx.Stmt) -> tuple[list[sx.Loop], sx.Assign] | None:
     if not isinstance(update, sx.Assign) or update.op != "+=" or update.target != init.target:
         return None
     outs = [ix.id for ix in init.target.indices if isinstance(ix, sx.Name)]
-    if outs != [lp.var for lp in loops] or not all(isinstance(lp.start, sx.Num) and lp.start.value == 0
-                                                   for lp in loops):
+    if outs != [lp.var for lp in loops] or not all(from_zero(lp) for lp in loops):
         return None
     read = [ix.id for ix in init.value.indices if isinstance(ix, sx.Name)]
     if len(read) != len(init.value.indices) or len(set(read)) != len(read) or not set(read) < set(outs) \

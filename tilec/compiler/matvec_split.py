@@ -27,7 +27,8 @@ from dataclasses import replace
 from tilec.compiler.exprs import accesses, product_factors
 from tilec.compiler.names import unique
 from tilec.compiler.operand_split import split_factor
-from tilec.compiler.rewrite import nested, perfect_nest, rechecked, taken_names
+from tilec.compiler.rewrite import from_zero, nested, rechecked, taken_names
+from tilec.compiler.sum_split import init_and_sum
 from tilec.lang import syntax as sx
 from tilec.tolerance import rounded_operand
 
@@ -60,17 +61,13 @@ def _matvec(top: sx.Stmt, program):
     """(outer loops, init, the summed loop, the update, the matrix's read, the vector, the constant factor) of a
     batched mat-vec nest, or None. The vector is the product of the factors other than the matrix: each reads only
     the batch indices and k (`m[b, k] / cnt[b]`)."""
-    loops, last = perfect_nest(top)
-    if not isinstance(last, sx.Loop) or len(last.body) != 2 or not _from_zero(last):
+    found = init_and_sum(top)
+    if found is None:
         return None
-    loops = loops + [last]
-    init, k_loop = loops[-1].body
-    if not (isinstance(init, sx.Assign) and init.op == "=" and isinstance(k_loop, sx.Loop)):
+    loops, init, inner, update = found
+    if len(inner) != 1 or not from_zero(loops[-1]) or not from_zero(inner[0]):
         return None
-    inner, update = perfect_nest(k_loop)
-    if len(inner) != 1 or not _from_zero(k_loop) or not isinstance(update, sx.Assign) or update.op != "+=" \
-            or update.target != init.target:
-        return None
+    k_loop = inner[0]
     names = [lp.var for lp in loops]
     if _plain(init.target) != names or len(names) < 2:
         return None
@@ -119,10 +116,6 @@ def _vector_dtype(update: sx.Assign, mat: sx.Access, program) -> str | None:
     if dtype == "f32":
         return dtype
     return dtype if rounded_operand(update, {n: t.dtype for n, t in program.tensors.items()}) == dtype else None
-
-
-def _from_zero(lp: sx.Loop) -> bool:
-    return isinstance(lp.start, sx.Num) and lp.start.value == 0
 
 
 def _plain(a: sx.Access) -> list[str] | None:

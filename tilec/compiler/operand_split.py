@@ -24,7 +24,8 @@ from dataclasses import replace
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, product_factors
 from tilec.compiler.names import unique
 from tilec.compiler.reduce_split import index_vars, sizes_as_numbers
-from tilec.compiler.rewrite import hoisted, leaves, nested, perfect, read_order, rechecked, resolved, taken_names
+from tilec.compiler.rewrite import (from_zero, hoisted, leaves, nested, perfect, read_order, rechecked, resolved,
+                                    taken_names)
 from tilec.lang import syntax as sx
 
 
@@ -216,7 +217,7 @@ def contraction_groups(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: se
     contraction or both groups are plain reads already."""
     if st.op != "+=" or not all(isinstance(ix, sx.Name) for ix in st.target.indices):
         return None
-    if any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
+    if any(not from_zero(lp) for lp in loops):
         return None
     loop_vars = {lp.var for lp in loops}
     kept = {ix.id for ix in st.target.indices if isinstance(ix, sx.Name)}

@@ -18,7 +18,8 @@ from tilec.compiler.exprs import accesses
 from tilec.compiler.fn_chain import syntax_fused
 from tilec.compiler.lower import affine_index, size_value, uses_names
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import hoisted, nested, perfect_nest, rechecked, resolved, substituted, taken_names
+from tilec.compiler.rewrite import (from_zero, hoisted, nested, perfect_nest, rechecked, resolved, substituted,
+                                    taken_names)
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -42,7 +43,7 @@ def split_permuted_eltwise(program):
         out = _plain(st.target)
         if st.op != "=" or isinstance(st.value, sx.Access) or out is None or sorted(out) != sorted(loop_vars):
             return None
-        if any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
+        if any(not from_zero(lp) for lp in loops):
             return None
         reads = accesses(st.value)
         if not reads or any(a.fill is not None or a.tensor in top_writes or _plain(a) is None
@@ -127,7 +128,7 @@ def split_shifted_reads(program):
         loop_vars = [lp.var for lp in loops]
         out = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)]
         if len(out) != len(st.target.indices) or sorted(out) != sorted(loop_vars) \
-                or any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
+                or any(not from_zero(lp) for lp in loops):
             return [], st
         by_var = {lp.var: lp for lp in loops}
         fills: list[sx.Stmt] = []
@@ -170,7 +171,7 @@ def split_transposed_reads(program):
         out = _plain(st.target)
         loop_vars = [lp.var for lp in loops]
         if st.op != "=" or isinstance(st.value, sx.Access) or out is None or sorted(out) != sorted(loop_vars) \
-                or any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
+                or any(not from_zero(lp) for lp in loops):
             return [], st
         reads = accesses(st.value)
         orders = [_plain(a) for a in reads]

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import hoisted, leaves, nested, read_order, rechecked, resolved, taken_names
+from tilec.compiler.rewrite import from_zero, hoisted, leaves, nested, read_order, rechecked, resolved, taken_names
 from tilec.lang import syntax as sx
 
 
@@ -46,7 +46,7 @@ def split_broadcast_reductions(program):
         reduced = set(loop_vars) - kept
         if not reduced or not kept <= set(loop_vars) or len(kept) != len(st.target.indices):
             return False
-        if any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
+        if any(not from_zero(lp) for lp in loops):
             return False
         reads = accesses(st.value)
         if len(reads) < 2 or any(a.fill is not None for a in reads) or any(a.tensor in top_writes for a in reads):

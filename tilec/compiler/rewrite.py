@@ -80,11 +80,16 @@ def substituted(e: sx.Expr, new: dict[int, sx.Expr]) -> sx.Expr:
     return e
 
 
+def from_zero(lp: sx.Loop) -> bool:
+    """The loop starts at 0 (its variable is then an index of the temporaries a rewrite makes)."""
+    return isinstance(lp.start, sx.Num) and lp.start.value == 0
+
+
 def perfect_nest(top: sx.Stmt) -> tuple[list[sx.Loop], sx.Stmt]:
     """The loops of a perfect nest starting at 0 around one statement (outermost first), and that statement."""
     loops: list[sx.Loop] = []
     st = top
-    while isinstance(st, sx.Loop) and len(st.body) == 1 and isinstance(st.start, sx.Num) and st.start.value == 0:
+    while isinstance(st, sx.Loop) and len(st.body) == 1 and from_zero(st):
         loops.append(st)
         st = st.body[0]
     return loops, st

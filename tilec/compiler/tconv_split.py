@@ -27,7 +27,7 @@ from typing import cast
 from tilec.compiler.exprs import accesses
 from tilec.compiler.lower import size_value
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import leaves, nested, rechecked, resolved, taken_names
+from tilec.compiler.rewrite import from_zero, leaves, nested, rechecked, resolved, taken_names
 from tilec.compiler.sum_split import init_and_sum
 from tilec.lang import syntax as sx
 
@@ -61,7 +61,7 @@ def _split_top(program, top: sx.Stmt) -> sx.Stmt:
 
 def _divisor(program, lp: sx.Loop) -> int | None:
     """d when the loop's variable is read only as `v / d`, `v % d` and stored plainly (see the module's text)."""
-    if not (isinstance(lp.start, sx.Num) and lp.start.value == 0):
+    if not from_zero(lp):
         return None
     found: set[int] = set()
     for st, _ in leaves(lp):
