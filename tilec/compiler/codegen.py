@@ -145,7 +145,7 @@ class _ViewModel:
         if isinstance(s, Dma):
             pre: list[str] = []  # lines the DMA needs first (the index grid of a permuted view)
             dst, src = self.dma_view(s.dst, pre), self.dma_view(s.src, pre)
-            return {"kind": "dma", "dst": dst, "src": src, "pre": pre, "tag": tag}
+            return {"kind": "dma", "dst": dst, "src": src, "pre": pre, "tag": tag, "trigger": s.trigger}
         if isinstance(s, Matmul):
             return {"kind": "matmul", "acc": self.view(s.acc, s.start), "start": s.start,
                     "stationary": self.view(s.stationary),

@@ -15,6 +15,7 @@ the loads then have GpSimdE's stream, the stores keep VectorE's, and VectorE she
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from tilec.compiler import ir
 from tilec.compiler.expr_instrs import shared_binary
@@ -241,3 +242,52 @@ def _cut(loop: Loop, target: Target) -> Loop:
         return loop  # (too narrow, all 16-bit, or not a plain 2-D tile)
     at = next(n for n, s in enumerate(loop.body) if s is work)
     return dataclasses.replace(loop, body=loop.body[:at] + tuple(parts) + loop.body[at + 1:])
+
+
+# ---- loads triggered by the Sync engine ------------------------------------------------------------------------------
+
+def loads_on_sync(k: ir.Kernel, t: Target) -> ir.Kernel:
+    """A loop whose loads are first read by the engine that makes the tiles it stores: those loads are issued by the
+    Sync engine (NKI 0.6 `dge_mode=hwdge, engine=nisa.engine.sync`, NeuronCore-v3: Target.hwdge), so the next tile's
+    load no longer waits on that engine's stream behind this tile's store (batch norm at inference: one VectorE
+    multiply-add a tile). Each such trigger takes the Sync engine Target.hwdge_issue_ns, so only loops whose
+    iteration moves enough bytes to cover their loads' issue times; loads that cast (HWDGE copies the dtype as it
+    is) and loops with matmuls (whose loads feed TensorE, not the storing engine) keep the compiler's choice."""
+    if not t.hwdge:
+        return k
+    return dataclasses.replace(k, body=tuple(_synced(s, t) for s in k.body))
+
+
+def _synced(s: Stmt, t: Target) -> Stmt:
+    if isinstance(s, ir.Block):
+        return dataclasses.replace(s, body=tuple(_synced(x, t) for x in s.body))
+    if not isinstance(s, Loop):
+        return s
+    body = list(ir.walk(s.body))
+    if any(isinstance(x, (ir.Matmul, ir.Transpose)) for x in body):
+        return s
+    makers = {ir.engine_of(p) for p in _stored_producers(body)}
+    first = _first_readers(body)
+    picked = {id(d) for d in body if isinstance(d, Dma) and d.src.buf.memory == "hbm" and d.dst.buf.memory == "sbuf"
+              and d.src.buf.dtype == d.dst.buf.dtype and d.dst.buf.name in first
+              and ir.engine_of(first[d.dst.buf.name]) in makers}
+    moved = sum(_bytes(d) for d in body if isinstance(d, Dma))
+    if not picked or moved / min(t.dma_engines * t.dma_engine_bw, t.hbm_bw) < len(picked) * t.hwdge_issue_ns:
+        return s
+    return dataclasses.replace(s, body=_triggered(s.body, picked))
+
+
+def _bytes(d: Dma) -> int:
+    side = d.dst if d.dst.buf.memory != "hbm" else d.src
+    return math.prod(side.shape()) * ir.DTYPE_BYTES[side.buf.dtype]
+
+
+def _triggered(body: tuple[Stmt, ...], picked: set[int]) -> tuple[Stmt, ...]:
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, (Loop, ir.Block)):
+            s = dataclasses.replace(s, body=_triggered(s.body, picked))
+        elif id(s) in picked:
+            s = dataclasses.replace(s, trigger="sync")
+        out.append(s)
+    return tuple(out)

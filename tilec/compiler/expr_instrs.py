@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tilec.compiler import ir
+from tilec.compiler import affine_fold, ir
 from tilec.compiler.engine_time import loads
 from tilec.compiler.exprs import const_value, fmt_expr, strip_scale
 from tilec.compiler.fused_funcs import fused
@@ -48,6 +48,8 @@ class ExprCompiler:
         e = fused(e)  # GELU's tanh form, log(1 + exp(y)), x * sigmoid(x) written out: one ScalarE function each
         if self.regroup:
             e = self.regrouped(e)
+        if not self.fold and self.columns and dst.buf.dtype in _HALF:  # one pass for batch norm's three operators
+            e = affine_fold.folded(e, self.is_column) or e
         # broadcast columns alone: the (P, 1) value expanded over the tile (a tile of one column is that value)
         if self.is_column(e) and self.columns and math.prod(self.shape[1:]) > 1:
             return self.expand(e, dst)

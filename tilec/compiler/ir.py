@@ -169,6 +169,8 @@ class Dma:
     dst: View
     src: View
     line: int = 0
+    # trigger: the engine named to issue it ("sync"; NKI 0.6 dge_mode=hwdge, engine=...), "" for the compiler's choice
+    trigger: str = ""
 
 
 @dataclass(frozen=True)
@@ -353,7 +355,7 @@ def _stmt_head(s: Stmt) -> str:
     if isinstance(s, Reshape):
         return f"view {fmt_buf(s.buf)} = {s.base.name}"
     if isinstance(s, Dma):
-        return f"dma {fmt_view(s.dst)} <- {fmt_view(s.src)}"
+        return f"dma {fmt_view(s.dst)} <- {fmt_view(s.src)}" + (f" [{s.trigger}]" if s.trigger else "")
     if isinstance(s, Matmul):
         op = "=" if s.start else "+="
         return f"matmul {fmt_view(s.acc)} {op} {fmt_view(s.stationary)}.T @ {fmt_view(s.moving)}"

@@ -25,8 +25,7 @@ def _hoist_body(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
     for s in body:
         if isinstance(s, Loop):
             inner = _hoist_body(s.body)
-            lifted = [b for b in inner if _liftable(b, s.var) and not _shares_a_write(b, inner)
-                      and not _reads_a_write(b, inner)]
+            lifted = _lifted(inner, s.var)
             kept = tuple(b for b in inner if not any(b is x for x in lifted))
             out += lifted
             out.append(replace(s, body=kept))
@@ -35,6 +34,18 @@ def _hoist_body(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
         else:
             out.append(s)
     return tuple(out)
+
+
+def _lifted(body: tuple[Stmt, ...], var: str) -> list[Stmt]:
+    """The blocks of a loop body that leave the loop: hoistable, not using var, and reading nothing that a statement
+    staying in the loop writes (a block may read another lifted block's column: both leave, in order)."""
+    lifted = [b for b in body if _liftable(b, var) and not _shares_a_write(b, body)]
+    while True:
+        kept = tuple(b for b in body if not any(b is x for x in lifted))
+        stay = [b for b in lifted if _reads_a_write(b, kept)]
+        if not stay:
+            return lifted
+        lifted = [b for b in lifted if not any(b is x for x in stay)]
 
 
 def _liftable(s: Stmt, var: str) -> bool:

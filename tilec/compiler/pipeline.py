@@ -42,7 +42,7 @@ from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import fmt_directive, inner_pool_plan, sbuf_budget
 from tilec.compiler.fusers import AHEAD, AHEAD_TILES
 from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
-from tilec.compiler.dma_streams import columns_ahead, cut_apart
+from tilec.compiler.dma_streams import columns_ahead, cut_apart, loads_on_sync
 from tilec.compiler.rewrites import rewritten_with
 from tilec.compiler.unsupported import reject_unsupported
 from tilec.compiler.verify import verify
@@ -164,8 +164,9 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     kernels = {"loops": kernel}
     # hoist: loads and allocations that do not depend on a loop move out of it (loop-invariant code motion), and a
     # loop's loads of an input's columns are gathered before it (dma_streams.columns_ahead), a loop's one add cut
-    # between two engines when it both reads the loads and makes the stores (dma_streams.cut_apart)
-    kernel = cut_apart(columns_ahead(passes.hoist(kernel)), tgt)
+    # between two engines when it both reads the loads and makes the stores (dma_streams.cut_apart), and a loop's
+    # loads that the storing engine reads first triggered by the Sync engine (dma_streams.loads_on_sync)
+    kernel = loads_on_sync(cut_apart(columns_ahead(passes.hoist(kernel)), tgt), tgt)
     stages["hoist"] = _checked(kernel, "hoist", tgt)
     kernels["hoist"] = kernel
     # unroll: the schedule's unrolled loops become static ranges (traced once per iteration)

@@ -101,6 +101,13 @@ def _finish(run, mask: object, value: np.ndarray | None, shape: tuple, dtype: ob
 # ---- data movement ----
 def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: object = None,
              oob_mode: object = None, dge_mode: object = None) -> None:
+    triggered_dma_copy(dst, src, mask, dst_rmw_op, oob_mode)
+
+
+def triggered_dma_copy(dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: object = None,
+                       oob_mode: object = None, trigger: str | None = None) -> None:
+    """dma_copy; `trigger`: the engine an NKI 0.6 kernel named to issue it (dge_mode=hwdge, engine=sync or scalar),
+    recorded for the model's DMA trigger streams."""
     run, where = core.begin()
     if isinstance(src, Indirect) or isinstance(dst, Indirect):
         rmw = _op(dst_rmw_op, "dma_copy", where) if dst_rmw_op is not None else None
@@ -121,7 +128,7 @@ def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: objec
         op = _op(dst_rmw_op, "dma_copy", where)
         core.read(run, dst, where)
     core.write(run, dst, core.compute(run, lambda: _dma_value(src, dst, src_mask, op)), where, mask=m)
-    _emit_dma(run, "dma_copy", src, dst, where)
+    _emit_dma(run, "dma_copy", src, dst, where, **({"trigger": trigger} if trigger else {}))
 
 
 def _row_mask(mask: object, shape: tuple) -> np.ndarray | None:

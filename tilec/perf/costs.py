@@ -82,6 +82,7 @@ class Costs:
         self.dma_desc = v["dma_desc_ns"]
         self.dma_latency = v["dma_latency_ns"]
         self.dma_write_ack = v["dma_write_ack_ns"]
+        self.hwdge_issue = v["hwdge_issue_ns"]
         self.dma_transpose = v["dma_transpose_factor"]
         self.dma_transpose_sbuf = v["dma_transpose_sbuf_factor"]
         self.startup = v["startup_ns"]

@@ -465,13 +465,17 @@ def _in_sbuf(ins: Instr) -> bool:
 
 
 def dma_streams(instrs: list[Instr]) -> dict[int, str]:
-    """DMA instruction -> the trigger stream it issues on: a load on the stream of the engine that first reads what
-    it wrote, a store on the stream of the engine that last wrote what it reads ("sync" when there is none)."""
+    """DMA instruction -> the trigger stream it issues on: the engine the kernel named (NKI 0.6 `dge_mode=hwdge,
+    engine=nisa.engine.sync` or `.scalar`: "engine= picks the HWDGE trigger", ISA6 v2.32.0 dma_copy), else a load on
+    the stream of the engine that first reads what it wrote, a store on the stream of the engine that last wrote what
+    it reads ("sync" when there is none)."""
     last_writer: dict[int, str] = {}
     pending: dict[int, list[int]] = {}  # buffer -> loads waiting for their first reader
     out: dict[int, str] = {}
     for i, ins in enumerate(instrs):
-        if ins.engine == "dma":
+        if ins.engine == "dma" and ins.attr("trigger"):  # an NKI 0.6 dma_copy naming its HWDGE trigger engine
+            out[i] = str(ins.attr("trigger"))
+        elif ins.engine == "dma":
             src = next((a for a in ins.reads if a.memory != "hbm"), None)
             if src is not None:
                 out[i] = last_writer.get(src.buffer, "sync")
@@ -572,6 +576,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     streams = dma_streams(instrs)
     reuses.update(versions)
     engine_free = {"tensor": 0.0, "vector": 0.0, "scalar": 0.0, "gpsimd": 0.0}
+    issued: dict[str, float] = {}  # per trigger stream: when its sequencer is free to issue the next HWDGE DMA
     queue_start: dict[str, float] = {}  # per trigger stream: its latest trigger ("engine") or transfer start ("stream")
     now = [0]  # the index of the instruction being scheduled
     clocks: dict[str, Callable[[], float]] = {"folded": lambda: startup}
@@ -619,6 +624,9 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             leads = ready <= 0.0 and not deps.touched(ins.reads, ins.writes)
             if by_engine:  # the trigger issues after the stream's previous trigger; each engine runs its queue in order
                 trigger = max(ready, 0.0) if leads else max(ready, queue_start.get(q, 0.0))
+                if ins.attr("trigger"):  # a named HWDGE trigger: one issue at a time on its sequencer
+                    trigger = max(trigger, issued.get(q, 0.0))
+                    issued[q] = trigger + costs.hwdge_issue
                 after = None if leads else queue_end.setdefault(q, {})
                 t, t_end, ends = slots.place(max(trigger + latency, startup), d, e0, e1, after)
                 if after is not None:
