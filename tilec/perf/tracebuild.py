@@ -48,10 +48,10 @@ class TraceBuilder:
         self.trace.allocs[i] = Alloc(a.buffer, a.name, a.memory, a.partitions, a.bytes_per_partition, a.first_seq, seq)
 
     def dma(self, dst: Access, src: Access, partitions: int, nbytes: int, line: int, chunks: int = 0,
-            dtype: str = "float32", op: str = "dma_copy") -> Instr:
+            dtype: str = "float32", op: str = "dma_copy", attrs: tuple = ()) -> Instr:
         return self._add(engine="dma", op=op, partitions=partitions, free=0, in_dtypes=(dtype,), out_dtype=dtype,
                          reads=(src,), writes=(dst,), line=line, bytes=nbytes, dma_chunks=chunks or partitions,
-                         dma_chunk_bytes=nbytes // max(1, chunks or partitions))
+                         dma_chunk_bytes=nbytes // max(1, chunks or partitions), attrs=attrs)
 
     def compute(self, engine: str, op: str, reads: list[Access], writes: list[Access], partitions: int, free: int,
                 line: int = 0, dtypes: tuple[str, ...] = ("float32",), out_dtype: str = "float32", k: int = 0,
