@@ -112,9 +112,12 @@ def _rewritten(program, loops: list[sx.Loop], st: sx.Assign, j: int, k: int, tak
             taken.add(name)
             decls.append(sx.Decl(name, sx.TensorType(program.tensors[x.tensor].dtype, (c.stop, sx.Num(k)), span),
                                  span))
-            rep = sx.Access(name, (sx.Name(c.var, span), sx.Name(a, span)), span)
-            fills.append(nested(sx.Assign(rep, "=", x, span), [c, split[0]]))
-            reps[x.tensor] = rep
+            one = sx.Loop(a, sx.Num(0), sx.Num(1), (), span)
+            for part in range(k):  # k copies of the column, each a DMA HBM -> HBM (the copy rule's part copies)
+                at_part = sx.BinOp("+", sx.Name(a, span), sx.Num(part, span), span) if part else sx.Name(a, span)
+                to = sx.Access(name, (sx.Name(c.var, span), at_part), span)
+                fills.append(nested(sx.Assign(to, "=", x, span), [c, one]))
+            reps[x.tensor] = sx.Access(name, (sx.Name(c.var, span), sx.Name(a, span)), span)
         return reps[x.tensor]
     value = sx.map_reads(st.value, read)
     nest = nested(sx.Assign(replace(st.target, indices=at), "=", value, span), new_loops)

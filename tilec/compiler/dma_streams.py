@@ -287,7 +287,7 @@ def _triggered(body: tuple[Stmt, ...], picked: set[int]) -> tuple[Stmt, ...]:
     for s in body:
         if isinstance(s, (Loop, ir.Block)):
             s = dataclasses.replace(s, body=_triggered(s.body, picked))
-        elif id(s) in picked:
+        elif isinstance(s, Dma) and id(s) in picked:
             s = dataclasses.replace(s, trigger="sync")
         out.append(s)
     return tuple(out)

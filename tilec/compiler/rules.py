@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from tilec.compiler import layout, primitives as pr, rules_copy
+from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Loop, loads, loop_index, walk
 from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim, settings
@@ -165,9 +166,10 @@ def eltwise_layout(n: Injective) -> tuple[tuple[str, int], ...]:
     return (("O", math.prod(ext[:a])), ("P", math.prod(ext[a:b])), ("F", math.prod(ext[b:])))
 
 
-def eltwise_params(n: Injective) -> EltwisePlan:
+def eltwise_params(n: Injective, k: Kernel) -> EltwisePlan:
     """The default parameters (schedule.eltwise_plan, which the op's default plan uses too)."""
-    return eltwise_plan(math.prod(lp.extent for lp in n.loops), dict(eltwise_layout(n)), len(n.rows))
+    itemsize = DTYPE_BYTES[k.buffers()[n.stmt.dst.buf].dtype]
+    return eltwise_plan(math.prod(lp.extent for lp in n.loops), dict(eltwise_layout(n)), len(n.rows), itemsize=itemsize)
 
 
 def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> list[Prim] | None:
@@ -178,7 +180,7 @@ def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> lis
     n = injective(k)
     if n is None:
         return None
-    default = eltwise_params(n)
+    default = eltwise_params(n, k)
     params = params or default
     if _unit_column(n) and params == default:  # (tiles a user's directives chose keep the column layout)
         return _unit_column_alone(n, params)
@@ -399,7 +401,7 @@ def unit_column_alone(k: Kernel, params: EltwisePlan) -> bool:
     """Whether rules.eltwise lays `k` out as a one-element column alone (_unit_column_alone) for `params`: the
     plan's own tiles (one partition) are then not the kernel's, and `tilec explain` says so."""
     n = injective(k)
-    return n is not None and _unit_column(n) and params == eltwise_params(n)
+    return n is not None and _unit_column(n) and params == eltwise_params(n, k)
 
 
 def _unit_column_alone(n: Injective, params: EltwisePlan) -> list[Prim]:

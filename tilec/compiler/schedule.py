@@ -153,6 +153,10 @@ class ReducePlan:
 Plan = ConvPlan | PoolPlan | TransposePlan | EltwisePlan | ReducePlan
 WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition broadcast rows may take when copied once for the whole nest
 ELTWISE_FREE = 1024  # elements per partition of one element-wise tile: ~1000 keeps DMAs efficient
+# A 16-bit result's tiles take twice the elements, the same 4 KiB per partition: at 1024 the bf16 batch norm's
+# 128 x 1024-element tiles waited on each store's write acknowledgement (8 x 64 x 56 x 56 on the trn2 model: 30.1 us
+# above start-up with 784-wide tiles, 23.6 us with 1568)
+ELTWISE_TILE_BYTES = 4 * ELTWISE_FREE
 REDUCE_FREE = 4096  # elements per partition of one reduced tile: 16 KiB of fp32, two in flight well inside SBUF
 
 
@@ -226,7 +230,8 @@ def row_free(F: int, free: int, rows: int, per_outer: bool = False, ragged: bool
     return free
 
 
-def eltwise_plan(size: int, layout: dict[str, int], rows: int, per_outer: bool = False) -> "EltwisePlan":
+def eltwise_plan(size: int, layout: dict[str, int], rows: int, per_outer: bool = False, itemsize: int = 4
+                 ) -> "EltwisePlan":
     """The default element-wise tiles: the largest partition count up to 128 and ~1000 elements per partition per
     tile (two or more tiles let loads overlap the vector engine). `rows` broadcast rows copied to the partitions
     tile by tile go through one PSUM bank per tile (at most 512 fp32 columns); rows broadcast whole once, before
@@ -234,16 +239,18 @@ def eltwise_plan(size: int, layout: dict[str, int], rows: int, per_outer: bool =
     a per-column beta, bf16 4096 x 4096: 128 x 512 tiles of 1 KiB per partition left it latency-bound): row_free,
     which rules._broadcast reads again on the nest; `per_outer`: a row is read per outer index (rows_per_outer).
     Flattened data without good divisors (a prime element count) gets 128 x 1024 tiles over the loops, ragged at
-    the edges (rules.eltwise picks where the partitions end)."""
+    the edges (rules.eltwise picks where the partitions end). `itemsize`: the result's bytes per element (a 16-bit
+    result's tiles are ELTWISE_TILE_BYTES wide too)."""
+    most = ELTWISE_TILE_BYTES // max(itemsize, 2) if itemsize < 4 else ELTWISE_FREE
     if layout:
         parts = tile_size(layout["P"], PMAX)
         # (a ragged last tile cuts the nest into regions, whose rows are broadcast tile by tile)
-        free = row_free(layout["F"], tile_size(layout["F"], ELTWISE_FREE), rows, per_outer, layout["P"] % parts != 0)
+        free = row_free(layout["F"], tile_size(layout["F"], most), rows, per_outer, layout["P"] % parts != 0)
         return EltwisePlan(parts, free)
     parts = best_divisor(size, PMAX)
-    free = best_divisor(size // parts, ELTWISE_FREE)
-    if 4 * (size // (parts * free)) > 5 * -(-size // (PMAX * ELTWISE_FREE)) + 4:
-        return EltwisePlan(PMAX, ELTWISE_FREE)
+    free = best_divisor(size // parts, most)
+    if 4 * (size // (parts * free)) > 5 * -(-size // (PMAX * most)) + 4:
+        return EltwisePlan(PMAX, most)
     return EltwisePlan(parts, free)
 
 
@@ -316,7 +323,8 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), MOVING_FMAX))
     if isinstance(op, ReduceOp):
         return ReducePlan(ragged_tile(op.dim("R")), reduce_free(op.dim("F")))
-    return eltwise_plan(op.size, dict(op.layout), len(op.rows), rows_per_outer(op))
+    itemsize = DTYPE_BYTES[dtypes.get(op.out, "f32")]
+    return eltwise_plan(op.size, dict(op.layout), len(op.rows), rows_per_outer(op), itemsize)
 
 
 def tile_reads(op: TransposeOp) -> int:
