@@ -78,11 +78,12 @@ def test_rules_say_not_applicable_to_a_reduction() -> None:
 def test_default_parameters_are_the_plan_defaults() -> None:
     """The rule's defaults and the schedule's default plan (what directives and the tuner start from) agree."""
     from tilec.compiler.schedule import default_plan
-    for text in (FLAT, COLUMNS_ROWS, ROW_TILES):
-        prog = lang.load(text)
+    for text in (FLAT, COLUMNS_ROWS, ROW_TILES) + tuple(t.replace("f32", "bf16") for t in (FLAT, COLUMNS_ROWS, ROW_TILES)):
+        prog = lang.load(text)  # (bf16: tiles of twice the elements, schedule.ELTWISE_TILE_BYTES)
         op = select(lower(prog.kernel, prog.sizes), prog)[0]
         dtypes = {n: t.dtype for n, t in prog.tensors.items()}
-        assert rules.eltwise_params(rules.injective(eltwise_nest(op, prog))) == default_plan(op, dtypes)
+        nest = eltwise_nest(op, prog)
+        assert rules.eltwise_params(rules.injective(nest), nest) == default_plan(op, dtypes)
 
 
 TRANSPOSE = """kernel tr(X: f32[M, N]) -> Y
