@@ -169,7 +169,8 @@ def eltwise_layout(n: Injective) -> tuple[tuple[str, int], ...]:
 def eltwise_params(n: Injective, k: Kernel) -> EltwisePlan:
     """The default parameters (schedule.eltwise_plan, which the op's default plan uses too)."""
     itemsize = DTYPE_BYTES[k.buffers()[n.stmt.dst.buf].dtype]
-    return eltwise_plan(math.prod(lp.extent for lp in n.loops), dict(eltwise_layout(n)), len(n.rows), itemsize=itemsize)
+    return eltwise_plan(math.prod(lp.extent for lp in n.loops), dict(eltwise_layout(n)), len(n.rows),
+                        itemsize=itemsize, stored_only=not n.full)
 
 
 def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> list[Prim] | None:
