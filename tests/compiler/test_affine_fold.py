@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tilec.compiler.affine_fold import folded
-from tilec.compiler.exprs import fmt_expr
+from tilec.compiler.exprs import accesses, fmt_expr
 from tilec.lang import syntax as sx
 
 COLUMNS = {"m", "v", "g", "b", "s"}
@@ -30,20 +30,8 @@ RSTD = sx.Call("rsqrt", (op("+", V, num(1e-5)),))
 
 
 def is_column(e: sx.Expr) -> bool:
-    reads = _reads(e)
+    reads = [a.tensor for a in accesses(e)]
     return bool(reads) and all(r in COLUMNS for r in reads)
-
-
-def _reads(e: sx.Expr) -> list[str]:
-    if isinstance(e, sx.Access):
-        return [e.tensor]
-    if isinstance(e, sx.Neg):
-        return _reads(e.x)
-    if isinstance(e, sx.BinOp):
-        return _reads(e.lhs) + _reads(e.rhs)
-    if isinstance(e, sx.Call):
-        return [r for a in e.args for r in _reads(a)]
-    return []
 
 
 def evaluate(e: sx.Expr, env: dict[str, np.ndarray]) -> np.ndarray:
