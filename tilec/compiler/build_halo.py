@@ -43,7 +43,8 @@ MAX_HALO = 64  # columns: a wider spread of shifts is left to the copies (each t
 
 @dataclass(frozen=True)
 class Halo:
-    """A run of shifted copies and the element-wise op reading them: ops[at : at + count]."""
+    """A run of shifted copies and the element-wise op reading them: ops[at : at + count]; with siblings
+    (siblings.py), further such runs over the same source and domain built in the same nest."""
     at: int
     count: int
     src: str  # the tensor every copy reads
@@ -51,10 +52,15 @@ class Halo:
     rows: int  # R: the output's leading dimensions flattened
     cols: int  # N: the output's last dimension
     width: int  # the source's last dimension
+    siblings: tuple[int, ...] = ()  # the sibling runs' op indices (their copies and users), after ops[at + count]
 
     @property
-    def op_range(self) -> range:
-        return range(self.at, self.at + self.count)
+    def op_range(self) -> tuple[int, ...]:
+        return tuple(range(self.at, self.at + self.count)) + self.siblings
+
+    def users(self, ops: tuple) -> list[EltwiseOp]:
+        """The element-wise ops the nest computes: each run's last op (the copies come before their user)."""
+        return [ops[j] for j in self.op_range if not ops[j].copy]
 
 
 def shifted_group(ops: tuple, i: int, keep: AbstractSet[str], scheduled: AbstractSet[str],
@@ -118,7 +124,8 @@ def _shift(copy: EltwiseOp, shape: tuple[int, ...], shapes: dict[str, tuple[int,
 
 def build_halo(h: Halo, ops: tuple, hbm: dict[str, Buf], fresh: Fresh) -> tuple[list[tuple[str, int]], list[Stmt]]:
     """The nest of the module docstring for the group `h`."""
-    user = ops[h.at + h.count - 1]
+    users = h.users(ops)
+    user = users[0]
     P = compiled().pmax
     lo = min(c for _, c in h.shifts)
     spread = max(c for _, c in h.shifts) - lo
@@ -128,13 +135,13 @@ def build_halo(h: Halo, ops: tuple, hbm: dict[str, Buf], fresh: Fresh) -> tuple[
     line = user.line
     views: dict[str, Buf] = {}
     stmts: list[Stmt] = []
-    for name, width in [(h.src, h.width), (user.out, h.cols)] + \
-            [(n, h.cols) for n in dict.fromkeys(user.inputs) if n not in dict(h.shifts)]:
+    for name, width in [(h.src, h.width)] + [(u.out, h.cols) for u in users] + \
+            [(n, h.cols) for n in _plain(users, h)]:
         views[name], st = hbm_view(hbm[name], (h.rows, width), fresh(f"{name}_v"), line)
         stmts += st
-    nest = _Nest(h, user, hbm, views, fresh, lo, spread, F)
+    nest = _Nest(h, users, hbm, views, fresh, lo, spread, F)
     full_rows, last_rows = divmod(h.rows, P)
-    what = f"{user.out} = element-wise on shifted reads of {h.src} (one load per tile with a halo of {spread} " \
+    what = f"{', '.join(u.out for u in users)} = element-wise on shifted reads of {h.src} (one load per tile with a halo of {spread} " \
            f"column{'s' if spread != 1 else ''}, the shifts as slices of it)"
     note = f"for {', '.join(v for _, v in user.vars[:-1])} (TILE_P rows at a time)"
     if full_rows:
@@ -146,13 +153,18 @@ def build_halo(h: Halo, ops: tuple, hbm: dict[str, Buf], fresh: Fresh) -> tuple[
     return [("TILE_P", P), ("TILE_F", F)], stmts
 
 
+def _plain(users: list[EltwiseOp], h: Halo) -> list[str]:
+    """The operands read plainly (not through a shifted copy), once each over every user."""
+    return [n for n in dict.fromkeys(n for u in users for n in u.inputs) if n not in dict(h.shifts)]
+
+
 class _Nest:
     """The body for one row tile: its column tiles, each a halo load, the other operands' loads, the expression
-    and the store."""
+    and the store (of each sibling: the loads shared)."""
 
-    def __init__(self, h: Halo, user: EltwiseOp, hbm: dict[str, Buf], views: dict[str, Buf], fresh: Fresh,
+    def __init__(self, h: Halo, users: list[EltwiseOp], hbm: dict[str, Buf], views: dict[str, Buf], fresh: Fresh,
                  lo: int, spread: int, F: int) -> None:
-        self.h, self.user, self.hbm, self.views, self.fresh = h, user, hbm, views, fresh
+        self.h, self.users, self.user, self.hbm, self.views, self.fresh = h, users, users[0], hbm, views, fresh
         self.lo, self.spread, self.F = lo, spread, F
 
     def columns(self, r0: ir.Aff, p: int) -> list[Stmt]:
@@ -177,17 +189,18 @@ class _Nest:
                            Dma(View(src, (sl(0, p), sl(0, f + self.spread))),
                                View(self.views[h.src], (rows, ir.Sl(c0.plus(self.lo), f + self.spread))), ln)]
         tiles = {t: View(src, (sl(0, p), sl(c - self.lo, f))) for t, c in h.shifts}
-        for name in dict.fromkeys(self.user.inputs):
-            if name in tiles:
-                continue
+        for name in _plain(self.users, h):
             t = Buf(self.fresh(f"{name}_tile"), "sbuf", self.hbm[name].dtype, (P, self.F))
             tiles[name] = View(t, (sl(0, p), sl(0, f)))
             out += [Alloc(t, line=ln), Dma(tiles[name], View(self.views[name], (rows, ir.Sl(c0, f, 1, named))), ln)]
-        res = Buf(self.fresh(f"{self.user.out}_tile"), "sbuf", self.hbm[self.user.out].dtype, (P, self.F))
-        dst = View(res, (sl(0, p), sl(0, f)))
-        out.append(Alloc(res, line=ln))
-        # a ragged tile's temporaries have its own shape: a prefix of their own keeps the names apart
-        prefix = "tmp" if (p, f) == (P, self.F) else self.fresh("tmp_last")
-        out += ExprCompiler(tiles, (p, f), ln, self.fresh, set(), prefix=prefix).emit(self.user.expr, dst)
-        out.append(Dma(View(self.views[self.user.out], (rows, ir.Sl(c0, f, 1, named))), dst, ln))
+        for k, user in enumerate(self.users):
+            res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, self.F))
+            dst = View(res, (sl(0, p), sl(0, f)))
+            out.append(Alloc(res, line=user.line))
+            # a ragged tile's temporaries have its own shape, a sibling's its own expression: a prefix of their own
+            # keeps the names apart
+            base = "tmp" if k == 0 else self.fresh(f"{user.out}_tmp")
+            prefix = base if (p, f) == (P, self.F) else self.fresh(f"{base}_last")
+            out += ExprCompiler(tiles, (p, f), user.line, self.fresh, set(), prefix=prefix).emit(user.expr, dst)
+            out.append(Dma(View(self.views[user.out], (rows, ir.Sl(c0, f, 1, named))), dst, user.line))
         return out

@@ -19,6 +19,7 @@ from tilec.compiler.ops import ConvOp
 from tilec.compiler.pair_tiles import skew_inner_tiles, skew_row_tiles
 from tilec.compiler.rules_global import build_global_pool, global_note, global_pool
 from tilec.compiler.schedule import sbuf_budget
+from tilec.compiler.siblings import with_siblings
 from tilec.lang.api import Program
 from tilec.target import Target
 
@@ -99,16 +100,20 @@ def _mlp(s: Site, i: int) -> Fused | None:
 
 
 def _halo(s: Site, i: int) -> Fused | None:
-    """Shifted reads as slices of one tile loaded with a halo (build_halo.py), tiles pipelined at their loads."""
-    halo = shifted_group(s.ops, i, s.outputs, s.scheduled, {n: b.shape for n, b in s.hbm.items()}, s.program.sizes)
+    """Shifted reads as slices of one tile loaded with a halo (build_halo.py), with the sibling groups over the same
+    source and domain in the same nest (siblings.py), tiles pipelined at their loads."""
+    shapes = {n: b.shape for n, b in s.hbm.items()}
+    halo = shifted_group(s.ops, i, s.outputs, s.scheduled, shapes, s.program.sizes)
     if halo is None:
         return None
+    if s.budget:
+        halo = with_siblings(halo, s.ops, s.outputs, s.scheduled, shapes, s.program.sizes)
     user = s.ops[halo.at + halo.count - 1]
     built = build_halo(halo, s.ops, s.hbm, lambda base: s.names.fresh(base, f"halo:{user.out}"))
     built = skew_row_tiles(built, s.budget, lambda base: s.names.fresh(base, f"halo:{user.out}"), var="t",
                            tile_const="TILE_P", note=AHEAD, min_tiles=AHEAD_TILES) or built
-    return Fused("halo tiles", {user.out}, built, user.out, frozenset(halo.op_range),
-                 [o.name for o in s.ops[halo.at:halo.at + halo.count]])
+    return Fused("halo tiles", {u.out for u in halo.users(s.ops)}, built, user.out, frozenset(halo.op_range),
+                 [s.ops[j].name for j in halo.op_range])
 
 
 def _keep(s: Site, span) -> set[str]:

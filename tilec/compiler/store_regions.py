@@ -24,23 +24,30 @@ from tilec.compiler import ir
 
 def stores_in_place(k: ir.Kernel) -> ir.Kernel:
     body = list(k.body)
+    folded: dict[int, tuple[ir.Stmt, list[tuple[str, tuple[int, ...], tuple[int, ...]]]]] = {}
     at = 0
     while at < len(body):
-        found = _in_place(body, at, k)
+        found = _in_place(body, at, k, folded)
         if found is None:
             at += 1
             continue
         producer, temp, dst, offsets = found
         views = {s.buf.name for s in body if isinstance(s, ir.Reshape) and s.base == temp}
+        regions = folded.get(id(body[producer]), (None, []))[1]
         body[producer] = _moved(body[producer], temp, dst, offsets, views)
+        # (keyed by the statement itself: positions move as copies and allocations go)
+        folded[id(body[producer])] = (body[producer], regions + [(dst.name, offsets, temp.shape)])
         body = [s for n, s in enumerate(body) if n != at and not (isinstance(s, ir.Alloc) and s.buf == temp)
                 and not (isinstance(s, ir.Reshape) and s.base == temp)]
+        at = 0  # (the temporary's allocation before the copy went too: the next copy may now be at `at`)
     return replace(k, body=tuple(body))
 
 
-def _in_place(body: list[ir.Stmt], at: int, k: ir.Kernel):
+def _in_place(body: list[ir.Stmt], at: int, k: ir.Kernel, folded: dict):
     """(the producer's position, the temporary, the destination buffer, the offsets) when body[at] is a copy to
-    fold into its producer, else None."""
+    fold into its producer, else None. A producer that already stores other temporaries into the destination
+    (`folded`: sibling element-wise work built in one nest, siblings.py) takes one more when the regions are
+    disjoint, so the order of their stores inside it does not matter."""
     copy = _region_copy(body[at])
     if copy is None:
         return None
@@ -56,12 +63,23 @@ def _in_place(body: list[ir.Stmt], at: int, k: ir.Kernel):
         return None
     producer = users[0]
     family = _family(body, dst)
-    if any(family & _names(s) for s in body[producer:at]):
+    if any(family & _names(s) for s in body[producer + 1:at]) or \
+            family & _names(body[producer]) and not _apart(folded, body[producer], dst, offsets, temp.shape):
         return None
     if dst.name not in kernel_bufs and not any(isinstance(s, (ir.Reshape, ir.Alloc)) and s.buf == dst
                                                for s in body[:producer]):
         return None  # (the destination must exist before the producer)
     return producer, temp, dst, offsets
+
+
+def _apart(folded: dict, producer: ir.Stmt, dst: ir.Buf, offsets: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether every touch of `dst` in `producer` is an earlier fold's store (into `dst` itself), each into a region
+    disjoint from offsets + shape."""
+    kept, regions = folded.get(id(producer), (None, []))
+    if kept is not producer or not regions or any(name != dst.name for name, _, _ in regions):
+        return False
+    return all(any(o + n <= p or p + m <= o for o, n, p, m in zip(offsets, shape, other, size))
+               for _, other, size in regions)
 
 
 def _region_copy(s: ir.Stmt):
@@ -153,5 +171,6 @@ def _moved(s: ir.Stmt, temp: ir.Buf, dst: ir.Buf, offsets: tuple[int, ...], view
     out = stmt(s)
     if isinstance(out, ir.Block):
         where = ", ".join(f"{o}:{o + n}" for o, n in zip(offsets, temp.shape))
-        out = replace(out, label=f"{out.label}, stored into {dst.name}[{where}]")
+        joined = " and" if ", stored into " in out.label else ", stored into"  # (a sibling's region: siblings.py)
+        out = replace(out, label=f"{out.label}{joined} {dst.name}[{where}]")
     return out
