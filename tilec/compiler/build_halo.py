@@ -32,6 +32,7 @@ from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.lower import affine_index
+from tilec.compiler.lower_tiles import shared_with_gpsimd
 from tilec.compiler.ops import EltwiseOp
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -133,17 +134,20 @@ def build_halo(h: Halo, ops: tuple, hbm: dict[str, Buf], fresh: Fresh) -> tuple[
     n_tiles = math.ceil(h.cols / max(1, TILE_BYTES // elem - spread))
     F = math.ceil(h.cols / n_tiles)
     line = user.line
+    k = rows_per_partition(h.rows, F + spread if n_tiles == 1 else 0, elem, P)
+    R = h.rows // k
     views: dict[str, Buf] = {}
     stmts: list[Stmt] = []
     for name, width in [(h.src, h.width)] + [(u.out, h.cols) for u in users] + \
             [(n, h.cols) for n in _plain(users, h)]:
-        views[name], st = hbm_view(hbm[name], (h.rows, width), fresh(f"{name}_v"), line)
+        views[name], st = hbm_view(hbm[name], (R, width) if k == 1 else (R, k, width), fresh(f"{name}_v"), line)
         stmts += st
-    nest = _Nest(h, users, hbm, views, fresh, lo, spread, F)
-    full_rows, last_rows = divmod(h.rows, P)
-    what = f"{', '.join(u.out for u in users)} = element-wise on shifted reads of {h.src} (one load per tile with a halo of {spread} " \
-           f"column{'s' if spread != 1 else ''}, the shifts as slices of it)"
-    note = f"for {', '.join(v for _, v in user.vars[:-1])} (TILE_P rows at a time)"
+    nest = _Nest(h, users, hbm, views, fresh, lo, spread, F, k)
+    full_rows, last_rows = divmod(R, P)
+    what = f"{', '.join(u.out for u in users)} = element-wise on shifted reads of {h.src} (one load per tile " \
+           f"with a halo of {spread} column{'s' if spread != 1 else ''}, the shifts as slices of it" + \
+           (f"; {k} rows per partition)" if k > 1 else ")")
+    note = f"for {', '.join(v for _, v in user.vars[:-1])} (TILE_P {'rows' if k == 1 else 'blocks of rows'} at a time)"
     if full_rows:
         body = nest.columns(a(term("t", P, "TILE_P")), P)
         stmts.append(ir.Block(what, tuple(loop("t", full_rows, body, note=note, line=line)), line))
@@ -151,6 +155,20 @@ def build_halo(h: Halo, ops: tuple, hbm: dict[str, Buf], fresh: Fresh) -> tuple[
         stmts.append(ir.Block(f"{what}: the last {last_rows} rows", tuple(nest.columns(a(full_rows * P), last_rows)),
                               line))
     return [("TILE_P", P), ("TILE_F", F)], stmts
+
+
+def rows_per_partition(rows: int, width: int, elem: int, P: int) -> int:
+    """k rows of the source per partition (each tile k * P rows) when one load holds a whole row's halo (`width`
+    columns, 0 when the columns are tiled): every instruction then streams k rows, so VectorE's fixed cost per
+    instruction (~100 cycles, ARCH2 static overhead: costs.py) and each DMA's descriptor costs are paid once per k
+    rows. The largest power of two whose tile stays within TILE_BYTES and that leaves whole tiles, at least
+    fusers.AHEAD_TILES of them (so the nest stays software-pipelined); 1 when none does."""
+    from tilec.compiler.fusers import AHEAD_TILES
+    k = 1
+    while width and (2 * k) * width * elem <= TILE_BYTES and rows % (2 * k * P) == 0 and \
+            rows // (2 * k * P) >= AHEAD_TILES:
+        k *= 2
+    return k
 
 
 def _plain(users: list[EltwiseOp], h: Halo) -> list[str]:
@@ -163,9 +181,28 @@ class _Nest:
     and the store (of each sibling: the loads shared)."""
 
     def __init__(self, h: Halo, users: list[EltwiseOp], hbm: dict[str, Buf], views: dict[str, Buf], fresh: Fresh,
-                 lo: int, spread: int, F: int) -> None:
+                 lo: int, spread: int, F: int, k: int = 1) -> None:
         self.h, self.users, self.user, self.hbm, self.views, self.fresh = h, users, users[0], hbm, views, fresh
-        self.lo, self.spread, self.F = lo, spread, F
+        self.lo, self.spread, self.F, self.k = lo, spread, F, k
+
+    def _block(self, p: int, cols: ir.Idx | ir.Sl, rows: ir.Sl | None = None) -> tuple:
+        """The index of a tile (rows given: of an HBM view) with its k rows per partition as a middle axis."""
+        first = rows if rows is not None else sl(0, p)
+        return (first, cols) if self.k == 1 else (first, sl(0, self.k), cols)
+
+    def _shared(self, made: list[Stmt]) -> list[Stmt]:
+        """With k rows per partition, each fp32 tensor_tensor split by columns with GpSimdE
+        (lower_tiles.shared_with_gpsimd): a whole row's work per instruction leaves VectorE the bound (rope: 6
+        instructions a tile for 3 loads and 2 stores of the same bytes), and GpSimdE streams fp32 at the same 2
+        cycles an element."""
+        if self.k == 1:
+            return made
+        target = compiled()
+        return [x for b in made for x in (shared_with_gpsimd(b, target, rank=3) if isinstance(b, ir.Binary) else [b])]
+
+    def _tile_shape(self, width: int) -> tuple[int, ...]:
+        P = compiled().pmax
+        return (P, width) if self.k == 1 else (P, self.k, width)
 
     def columns(self, r0: ir.Aff, p: int) -> list[Stmt]:
         F, N = self.F, self.h.cols
@@ -184,23 +221,27 @@ class _Nest:
         h, ln, P = self.h, self.user.line, compiled().pmax
         rows = ir.Sl(r0, p, 1, "TILE_P" if p == P else "")
         named = "TILE_F" if f == self.F else ""
-        src = Buf(self.fresh(f"{h.src}_tile"), "sbuf", self.hbm[h.src].dtype, (P, self.F + self.spread))
+        src = Buf(self.fresh(f"{h.src}_tile"), "sbuf", self.hbm[h.src].dtype, self._tile_shape(self.F + self.spread))
         out: list[Stmt] = [Alloc(src, line=ln),
-                           Dma(View(src, (sl(0, p), sl(0, f + self.spread))),
-                               View(self.views[h.src], (rows, ir.Sl(c0.plus(self.lo), f + self.spread))), ln)]
-        tiles = {t: View(src, (sl(0, p), sl(c - self.lo, f))) for t, c in h.shifts}
+                           Dma(View(src, self._block(p, sl(0, f + self.spread))),
+                               View(self.views[h.src], self._block(p, ir.Sl(c0.plus(self.lo), f + self.spread),
+                                                                   rows)), ln)]
+        tiles = {t: View(src, self._block(p, sl(c - self.lo, f))) for t, c in h.shifts}
         for name in _plain(self.users, h):
-            t = Buf(self.fresh(f"{name}_tile"), "sbuf", self.hbm[name].dtype, (P, self.F))
-            tiles[name] = View(t, (sl(0, p), sl(0, f)))
-            out += [Alloc(t, line=ln), Dma(tiles[name], View(self.views[name], (rows, ir.Sl(c0, f, 1, named))), ln)]
+            t = Buf(self.fresh(f"{name}_tile"), "sbuf", self.hbm[name].dtype, self._tile_shape(self.F))
+            tiles[name] = View(t, self._block(p, sl(0, f)))
+            out += [Alloc(t, line=ln),
+                    Dma(tiles[name], View(self.views[name], self._block(p, ir.Sl(c0, f, 1, named), rows)), ln)]
+        shape = (p, f) if self.k == 1 else (p, self.k, f)
         for k, user in enumerate(self.users):
-            res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, self.F))
-            dst = View(res, (sl(0, p), sl(0, f)))
+            res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, self._tile_shape(self.F))
+            dst = View(res, self._block(p, sl(0, f)))
             out.append(Alloc(res, line=user.line))
             # a ragged tile's temporaries have its own shape, a sibling's its own expression: a prefix of their own
             # keeps the names apart
             base = "tmp" if k == 0 else self.fresh(f"{user.out}_tmp")
             prefix = base if (p, f) == (P, self.F) else self.fresh(f"{base}_last")
-            out += ExprCompiler(tiles, (p, f), user.line, self.fresh, set(), prefix=prefix).emit(user.expr, dst)
-            out.append(Dma(View(self.views[user.out], (rows, ir.Sl(c0, f, 1, named))), dst, user.line))
+            made = ExprCompiler(tiles, shape, user.line, self.fresh, set(), prefix=prefix).emit(user.expr, dst)
+            out += self._shared(made)
+            out.append(Dma(View(self.views[user.out], self._block(p, ir.Sl(c0, f, 1, named), rows)), dst, user.line))
         return out
