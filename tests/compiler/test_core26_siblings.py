@@ -43,6 +43,20 @@ BESIDE = """kernel k(X: f32[M, N], W: f32[M, N - 2], V: f32[M, 8]) -> Y, Z, U
     Z[i, j] = X[i, j + 1] + W[i, j] * X[i, j]
 """
 
+# the statement between writes what the second reads: the second cannot move above it
+BEHIND = """kernel k(X: f32[M, N], V: f32[M, N - 2]) -> Y, Z
+  default M = {M}, N = {N}
+  W: f32[M, N - 2]
+  Y: f32[M, N - 2]
+  Z: f32[M, N - 2]
+  for i in 0..M, j in 0..N - 2:
+    Y[i, j] = X[i, j + 2] - X[i, j]
+  for i in 0..M, j in 0..N - 2:
+    W[i, j] = exp(V[i, j])
+  for i in 0..M, j in 0..N - 2:
+    Z[i, j] = X[i, j + 1] * W[i, j] + X[i, j]
+"""
+
 
 def _beside(a):
     x, w = a["X"], a["W"]
@@ -84,6 +98,16 @@ def test_a_sibling_past_an_unrelated_statement_matches_numpy(dtype):
     c = _compiled(BESIDE, dict(M=200, N=40), dtype)
     assert_formula_matches(c, _beside, f"beside {dtype}")
     assert "Y, Z = element-wise" in c.source
+
+
+def test_a_sibling_reading_what_a_statement_between_writes_is_not_fused():
+    c = _compiled(BEHIND, dict(M=200, N=40), "f32")
+
+    def want(a):
+        x, w = a["X"], np.exp(a["V"])
+        return {"Y": x[:, 2:] - x[:, :-2], "Z": x[:, 1:-1] * w + x[:, :-2]}
+    assert_formula_matches(c, want, "behind")
+    assert "Y, Z = element-wise" not in c.source
 
 
 def test_a_statement_reading_its_siblings_result_is_not_fused():

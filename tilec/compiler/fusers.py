@@ -101,17 +101,22 @@ def _mlp(s: Site, i: int) -> Fused | None:
 
 def _halo(s: Site, i: int) -> Fused | None:
     """Shifted reads as slices of one tile loaded with a halo (build_halo.py), with the sibling groups over the same
-    source and domain in the same nest (siblings.py), tiles pipelined at their loads."""
+    source and domain in the same nest (siblings.py) when the nest still fits the SBUF budget, tiles pipelined at
+    their loads."""
     shapes = {n: b.shape for n, b in s.hbm.items()}
-    halo = shifted_group(s.ops, i, s.outputs, s.scheduled, shapes, s.program.sizes)
-    if halo is None:
+    alone = shifted_group(s.ops, i, s.outputs, s.scheduled, shapes, s.program.sizes)
+    if alone is None:
         return None
-    if s.budget:
-        halo = with_siblings(halo, s.ops, s.outputs, s.scheduled, shapes, s.program.sizes)
+    chained = {j for c in s.chains.values() for j in c}  # (ops a row chain builds: never a sibling)
+    halo = with_siblings(alone, s.ops, s.outputs, s.scheduled, shapes, s.program.sizes, chained) if s.budget \
+        else alone
     user = s.ops[halo.at + halo.count - 1]
-    built = build_halo(halo, s.ops, s.hbm, lambda base: s.names.fresh(base, f"halo:{user.out}"))
-    built = skew_row_tiles(built, s.budget, lambda base: s.names.fresh(base, f"halo:{user.out}"), var="t",
-                           tile_const="TILE_P", note=AHEAD, min_tiles=AHEAD_TILES) or built
+    fresh = lambda base: s.names.fresh(base, f"halo:{user.out}")  # noqa: E731
+    built = build_halo(halo, s.ops, s.hbm, fresh)
+    if halo != alone and passes.peak_usage(tuple(built[1]))[0] > s.budget:
+        halo, built = alone, build_halo(alone, s.ops, s.hbm, fresh)
+    built = skew_row_tiles(built, s.budget, fresh, var="t", tile_const="TILE_P", note=AHEAD,
+                           min_tiles=AHEAD_TILES) or built
     return Fused("halo tiles", {u.out for u in halo.users(s.ops)}, built, user.out, frozenset(halo.op_range),
                  [s.ops[j].name for j in halo.op_range])
 

@@ -16,7 +16,9 @@ Legality (fusing moves a sibling's ops up to the first group, and interleaves th
   (so interleaving their tiles changes no value: the groups are independent);
 - every op passed over between the groups neither writes what the sibling reads nor reads or writes what it writes
   (so the sibling may move above it);
-- the shifts together stay within build_halo.MAX_HALO columns (a wider tile would reload most of its columns).
+- the shifts together stay within build_halo.MAX_HALO columns (a wider tile would reload most of its columns);
+- no op of the sibling is one a row chain builds (fusers.Site.chains), and the nest with its siblings fits the
+  SBUF budget (fusers._halo builds the group alone otherwise).
 A sibling that fails is left to be built on its own; nothing is refused."""
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from tilec.compiler.build_halo import MAX_HALO, Halo, shifted_group
 
 
 def with_siblings(h: Halo, ops: tuple, keep: AbstractSet[str], scheduled: AbstractSet[str],
-                  shapes: dict[str, tuple[int, ...]], sizes: dict[str, int]) -> Halo:
+                  shapes: dict[str, tuple[int, ...]], sizes: dict[str, int], taken: AbstractSet[int]) -> Halo:
+    """`h` with its siblings (the module docstring); `taken`: ops another fused part builds (never a sibling's)."""
     from tilec.compiler.build_rowchain import reads_of
     members = list(h.op_range)
     reads = {n for j in members for n in reads_of(ops[j])}
@@ -36,7 +39,8 @@ def with_siblings(h: Halo, ops: tuple, keep: AbstractSet[str], scheduled: Abstra
     k = members[-1] + 1
     while k < len(ops):
         g = shifted_group(ops, k, keep, scheduled, shapes, sizes)
-        if g is None or not _same_domain(h, g) or _spread(h.shifts + g.shifts) > MAX_HALO:
+        if g is None or not _same_domain(h, g) or _spread(h.shifts + g.shifts) > MAX_HALO or \
+                set(g.op_range) & taken:
             passed.append(k)
             k += 1
             continue
