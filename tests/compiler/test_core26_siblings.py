@@ -116,6 +116,23 @@ def test_a_statement_reading_its_siblings_result_is_not_fused():
     assert "Z, Y = element-wise" not in c.source
 
 
+BATCHED_DIFF = """kernel k(X: f32[B, M, N]) -> Y
+  default B = {B}, M = {M}, N = {N}
+  Y: f32[B, M, N - 1]
+  for b in 0..B, i in 0..M, j in 0..N - 1:
+    Y[b, i, j] = X[b, i, j + 1] - X[b, i, j]
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_packed_halo_nest_alone_matches_numpy(dtype):
+    """One statement (no sibling) over a 3-D source of 2 x 1024 rows: 2 rows per partition, X's rows seen
+    [B * M / 2, 2, N] (leading dimensions flattened, then split)."""
+    c = _compiled(BATCHED_DIFF, dict(B=2, M=1024, N=9), dtype)
+    assert_formula_matches(c, lambda a: {"Y": a["X"][:, :, 1:] - a["X"][:, :, :-1]}, f"batched diff {dtype}")
+    assert "2 rows per partition" in c.source
+
+
 @pytest.mark.parametrize("rows,width,want", [(4096, 128, 4), (2048, 16, 2), (300, 16, 1), (4096, 0, 1),
                                              (1024, 128, 1), (8192, 4096, 1)])
 def test_rows_per_partition(rows, width, want):
