@@ -207,8 +207,10 @@ def chain_note(part: Chain, ops: tuple, program, target: Target) -> str:
     if kind == "row in PSUM":
         return f"# {chain[0]}: its broadcast row kept in PSUM, read there by VectorE's products (build_psumrow.py)"
     if kind == "halo tiles":
+        users = [o.name for o in ops if o.name in chain and not o.copy]
+        siblings = f"; {' and '.join(users)} computed in the one nest (siblings.py)" if len(users) > 1 else ""
         return f"# fused {', '.join(chain)}: each tile of the source loaded once with a halo, the shifted reads " \
-            "slices of it (build_halo.py; a directive on one builds them apart)"
+            f"slices of it (build_halo.py{siblings}; a directive on one builds them apart)"
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
 
 
