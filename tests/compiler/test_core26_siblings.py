@@ -75,9 +75,11 @@ def _compiled(text: str, sizes: dict[str, int], dtype: str):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-@pytest.mark.parametrize("sizes", [dict(S=300, Dh=8), dict(S=2048, Dh=8)], ids=["ragged", "packed"])
+@pytest.mark.parametrize("sizes", [dict(S=300, Dh=8), dict(S=2048, Dh=8), dict(S=2048, Dh=80)],
+                         ids=["ragged", "packed", "wide"])
 def test_rope_halves_in_one_nest_match_numpy(sizes, dtype):
-    """300 rows: three row tiles (the last ragged) with both halves in each; 2048 rows: 2 rows per partition."""
+    """300 rows: three row tiles (the last ragged) with both halves in each; 2048 rows: 2 rows per partition; Dh 80:
+    shifts 80 apart (over MAX_HALO) with the tile the whole row (build_halo.too_wide)."""
     c = _compiled(ROPE, sizes, dtype)
     assert_formula_matches(c, FORMULAS["rope"], f"rope {sizes} {dtype}")
     src = c.source
@@ -86,6 +88,7 @@ def test_rope_halves_in_one_nest_match_numpy(sizes, dtype):
     # both halves stored straight into Y (a ragged last tile is a second block: store_regions then keeps them)
     assert ("buffer=nl.hbm)" not in src) == (sizes["S"] == 2048)
     assert ("2 rows per partition" in src) == (sizes["S"] == 2048)
+    assert "dst=X_at" not in src  # no shifted copy through HBM
 
 
 def test_packed_fp32_products_are_shared_with_gpsimd():

@@ -93,12 +93,20 @@ def shifted_group(ops: tuple, i: int, keep: AbstractSet[str], scheduled: Abstrac
         return None
     src = srcs.pop()
     shifts = tuple((c.out, f[1]) for c, f in zip(copies, found) if f is not None)
-    spread = max(s for _, s in shifts) - min(s for _, s in shifts)
-    if spread > MAX_HALO or any(shapes[n] != shape for n in user.inputs if n not in made):
+    if too_wide(shifts, shape[-1], shapes[src][-1]) or any(shapes[n] != shape for n in user.inputs if n not in made):
         return None
     if len(shape) < 2 or shapes[src][:-1] != shape[:-1]:
         return None
     return Halo(i, len(copies) + 1, src, shifts, math.prod(shape[:-1]), shape[-1], shapes[src][-1])
+
+
+def too_wide(shifts: tuple[tuple[str, int], ...], cols: int, width: int) -> bool:
+    """Whether shifts spread over more than MAX_HALO columns, where a tile holding them all would reload most of its
+    columns: not when the tile is the source's whole row (shifts from 0, the output's columns and the spread span
+    the row, at most TILE_BYTES of fp32), which loads every row once (RoPE at Dh = 128: X[s, d], X[s, 128 + d])."""
+    lo, hi = min(c for _, c in shifts), max(c for _, c in shifts)
+    whole_row = lo == 0 and cols + hi == width and width * 4 <= TILE_BYTES
+    return hi - lo > MAX_HALO and not whole_row
 
 
 def _shift(copy: EltwiseOp, shape: tuple[int, ...], shapes: dict[str, tuple[int, ...]],

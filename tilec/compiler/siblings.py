@@ -16,7 +16,8 @@ Legality (fusing moves a sibling's ops up to the first group, and interleaves th
   (so interleaving their tiles changes no value: the groups are independent);
 - every op passed over between the groups neither writes what the sibling reads nor reads or writes what it writes
   (so the sibling may move above it);
-- the shifts together stay within build_halo.MAX_HALO columns (a wider tile would reload most of its columns);
+- the shifts together stay within build_halo.MAX_HALO columns, or the tile is the source's whole row
+  (build_halo.too_wide: a wider tile would reload most of its columns);
 - no op of the sibling is one a row chain builds (fusers.Site.chains), and the nest with its siblings fits the
   SBUF budget (fusers._halo builds the group alone otherwise).
 A sibling that fails is left to be built on its own; nothing is refused."""
@@ -25,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import AbstractSet
 
-from tilec.compiler.build_halo import MAX_HALO, Halo, shifted_group
+from tilec.compiler.build_halo import Halo, shifted_group, too_wide
 
 
 def with_siblings(h: Halo, ops: tuple, keep: AbstractSet[str], scheduled: AbstractSet[str],
@@ -39,7 +40,7 @@ def with_siblings(h: Halo, ops: tuple, keep: AbstractSet[str], scheduled: Abstra
     k = members[-1] + 1
     while k < len(ops):
         g = shifted_group(ops, k, keep, scheduled, shapes, sizes)
-        if g is None or not _same_domain(h, g) or _spread(h.shifts + g.shifts) > MAX_HALO or \
+        if g is None or not _same_domain(h, g) or too_wide(h.shifts + g.shifts, h.cols, h.width) or \
                 set(g.op_range) & taken:
             passed.append(k)
             k += 1
@@ -60,7 +61,3 @@ def with_siblings(h: Halo, ops: tuple, keep: AbstractSet[str], scheduled: Abstra
 
 def _same_domain(h: Halo, g: Halo) -> bool:
     return (g.src, g.rows, g.cols, g.width) == (h.src, h.rows, h.cols, h.width)
-
-
-def _spread(shifts: tuple[tuple[str, int], ...]) -> int:
-    return max(c for _, c in shifts) - min(c for _, c in shifts)
