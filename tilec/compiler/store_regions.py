@@ -81,9 +81,9 @@ def _in_place(body: list[ir.Stmt], at: int, k: ir.Kernel, folded: dict):
 
 def _split(vshape: tuple[int, ...], temp: tuple[int, ...], dst: tuple[int, ...],
            offsets: tuple[int, ...]) -> tuple[tuple[int, ...], int] | None:
-    """(the shape to see `dst` with, how many of the temporary's dimensions it splits) when a view of the temporary splits its leading dimensions (build_halo's k rows
-    per partition: [S, D] seen [S / k, k, D]) and those are the destination's own, at offset 0: the same split of
-    `dst` keeps every element's place; None otherwise."""
+    """(the shape to see `dst` with, how many of the temporary's dimensions it splits) when a view of the temporary
+    splits its leading dimensions (build_halo's k rows per partition: [S, D] seen [S / k, k, D]) and those are the
+    destination's own, at offset 0: the same split of `dst` keeps every element's place; None otherwise."""
     for j in range(1, len(temp)):
         tail = temp[j:]
         lead = vshape[:len(vshape) - len(tail)]
