@@ -145,8 +145,11 @@ def test_generated_kernel_is_readable(path):
     assert [c for c in constants if c not in used] == []  # (vector_add needs none; resnet_block has none: audit10)
 
 
-# the kernels whose builders name their tiles (named16: build_conv, primitives.split): the readability test below
-NAMED_TILES = ("matmul", "linear", "transpose", "conv2d", "conv_relu", "conv_bias_maxpool", "vector_add")
+# the kernels whose builders name their tiles (named16: build_conv, primitives.split; core26 found the row chains,
+# the reduction, the MobileNet and ResNet blocks passing too): the readability test below. avgpool's band loop
+# (`range(2)`, bands of BAND rows) and band tiles print bare numbers (the pool builder's, not named yet)
+NAMED_TILES = ("matmul", "linear", "transpose", "conv2d", "conv_relu", "conv_bias_maxpool", "vector_add",
+               "layernorm", "rmsnorm", "softmax", "rowsum", "mobilenet_block", "resnet_block")
 TILE_LOOP = re.compile(r"(?:\b|_)range\(([^)]*)\):.*\((?:tiles|blocks|bands|groups) of (\w+)")
 ON_CHIP = re.compile(r"= nl\.(?:ndarray|zeros)\(\(([^,)]+)[,)].*buffer=nl\.(?:sbuf|psum)\)")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from compiler_helpers import inputs_for, program
-from tilec.compiler import primitives as pr
+from tilec.compiler import fuse, primitives as pr
 from tilec.compiler.layout import cut
 from tilec.compiler.rules import unroll_tiles
 from tilec.compiler.nest import lower_nest, print_nest
@@ -99,6 +99,16 @@ STACKED_PAIRS = """kernel pairs(A: f32[M, L, N]) -> s
     s[k, n] += A[4 * k + r, 0, n] + A[4 * k + r, 1, n]
 """
 MEAN_OF_SQUARES = MEAN.replace("+= A[i, j]", "+= A[i, j] * A[i, j]")
+SIBLINGS = """kernel halves(X: f32[M, 2 * H], C: f32[M, H]) -> Y, Z
+  default M = 16, H = 4
+  Y: f32[M, H]
+  Z: f32[M, H]
+  for i in 0..M, j in 0..H:
+    Y[i, j] = X[i, j] * C[i, j]
+  for i in 0..M, j in 0..H:
+    Z[i, j] = X[i, H + j] * C[i, j]
+"""
+SHIFTED = CHAIN.replace("Y[i, j] = T[i, j] + b[j]", "Y[i, j] = T[i, N - 1 - j] + b[j]")
 CONV = ("conv_relu", {"N": 1, "C": 128, "H": 6, "W": 6, "K": 128})
 
 
@@ -144,6 +154,10 @@ CASES = {  # name -> (program text, primitive applied to the level-A kernel)
     # no one after) is indexed by none of the loops above it
     "reverse_compute_at_past_a_temporary": (MEAN_OF_SQUARES, lambda k: pr.reverse_compute_at(
         pr.bind_expr(k, "s", "j", "T"), "i#1", "i#0")),
+    # siblings over one domain computed in one nest (core26: siblings.py's fusion on level A)
+    "fuse": (SIBLINGS, lambda k: fuse.fuse(k, "i#0", "i#1")),
+    # a producer and its reader at the same index: each element written, then read, in the same iteration
+    "fuse_producer": (CHAIN, lambda k: fuse.fuse(k, "i#0", "i#1")),
     "split_reorder_stage": (ELTWISE, lambda k: pr.stage(pr.reorder(pr.split(k, "i", 128), "i_o", "i_i", "j"),
                                                         "X", "i_i", "sbuf")),
 }
@@ -219,6 +233,9 @@ ERRORS = {
     "fold_init_not_the_identity": (COLSUM_FROM_ONE, lambda k: pr.fold_init(k, "s")),
     "fold_init_no_initialising_nest": (ELTWISE, lambda k: pr.fold_init(k, "Y")),
     "reverse_compute_at_not_next": (CHAIN, lambda k: pr.reverse_compute_at(k, "i#0", "j#1")),
+    "fuse_shifted_read": (SHIFTED, lambda k: fuse.fuse(k, "i#0", "i#1")),
+    "fuse_different_extents": (SIBLINGS, lambda k: fuse.fuse(pr.split(k, "j#1", 2), "i#0", "i#1")),
+    "fuse_not_neighbours": (MEAN, lambda k: fuse.fuse(k, "i#0", "j")),
 }
 
 
@@ -251,7 +268,7 @@ def test_every_primitive_has_before_after_and_error_goldens() -> None:
 
     golden = pathlib.Path(__file__).resolve().parents[1] / "golden" / "compiler"
     missing = []
-    for module, folder in ((pr, "primitives"), (layout, "layout")):
+    for module, folder in ((pr, "primitives"), (fuse, "primitives"), (layout, "layout")):
         for name, fn in inspect.getmembers(module, inspect.isfunction):
             params = list(inspect.signature(fn).parameters.values())
             if fn.__module__ != module.__name__ or name.startswith("_") or name in HELPERS or not params or \

@@ -32,6 +32,7 @@ from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.lower import affine_index
+from tilec.compiler.lower_tiles import shared_with_gpsimd
 from tilec.compiler.ops import EltwiseOp
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -43,7 +44,8 @@ MAX_HALO = 64  # columns: a wider spread of shifts is left to the copies (each t
 
 @dataclass(frozen=True)
 class Halo:
-    """A run of shifted copies and the element-wise op reading them: ops[at : at + count]."""
+    """A run of shifted copies and the element-wise op reading them: ops[at : at + count]; with siblings
+    (siblings.py), further such runs over the same source and domain built in the same nest."""
     at: int
     count: int
     src: str  # the tensor every copy reads
@@ -51,10 +53,15 @@ class Halo:
     rows: int  # R: the output's leading dimensions flattened
     cols: int  # N: the output's last dimension
     width: int  # the source's last dimension
+    siblings: tuple[int, ...] = ()  # the sibling runs' op indices (their copies and users), after ops[at + count]
 
     @property
-    def op_range(self) -> range:
-        return range(self.at, self.at + self.count)
+    def op_range(self) -> tuple[int, ...]:
+        return tuple(range(self.at, self.at + self.count)) + self.siblings
+
+    def users(self, ops: tuple) -> list[EltwiseOp]:
+        """The element-wise ops the nest computes: each run's last op (the copies come before their user)."""
+        return [ops[j] for j in self.op_range if not ops[j].copy]
 
 
 def shifted_group(ops: tuple, i: int, keep: AbstractSet[str], scheduled: AbstractSet[str],
@@ -86,12 +93,20 @@ def shifted_group(ops: tuple, i: int, keep: AbstractSet[str], scheduled: Abstrac
         return None
     src = srcs.pop()
     shifts = tuple((c.out, f[1]) for c, f in zip(copies, found) if f is not None)
-    spread = max(s for _, s in shifts) - min(s for _, s in shifts)
-    if spread > MAX_HALO or any(shapes[n] != shape for n in user.inputs if n not in made):
+    if too_wide(shifts, shape[-1], shapes[src][-1]) or any(shapes[n] != shape for n in user.inputs if n not in made):
         return None
     if len(shape) < 2 or shapes[src][:-1] != shape[:-1]:
         return None
     return Halo(i, len(copies) + 1, src, shifts, math.prod(shape[:-1]), shape[-1], shapes[src][-1])
+
+
+def too_wide(shifts: tuple[tuple[str, int], ...], cols: int, width: int) -> bool:
+    """Whether shifts spread over more than MAX_HALO columns, where a tile holding them all would reload most of its
+    columns: not when the tile is the source's whole row (shifts from 0, the output's columns and the spread span
+    the row, at most TILE_BYTES of fp32), which loads every row once (RoPE at Dh = 128: X[s, d], X[s, 128 + d])."""
+    lo, hi = min(c for _, c in shifts), max(c for _, c in shifts)
+    whole_row = lo == 0 and cols + hi == width and width * 4 <= TILE_BYTES
+    return hi - lo > MAX_HALO and not whole_row
 
 
 def _shift(copy: EltwiseOp, shape: tuple[int, ...], shapes: dict[str, tuple[int, ...]],
@@ -118,7 +133,8 @@ def _shift(copy: EltwiseOp, shape: tuple[int, ...], shapes: dict[str, tuple[int,
 
 def build_halo(h: Halo, ops: tuple, hbm: dict[str, Buf], fresh: Fresh) -> tuple[list[tuple[str, int]], list[Stmt]]:
     """The nest of the module docstring for the group `h`."""
-    user = ops[h.at + h.count - 1]
+    users = h.users(ops)
+    user = users[0]
     P = compiled().pmax
     lo = min(c for _, c in h.shifts)
     spread = max(c for _, c in h.shifts) - lo
@@ -126,17 +142,20 @@ def build_halo(h: Halo, ops: tuple, hbm: dict[str, Buf], fresh: Fresh) -> tuple[
     n_tiles = math.ceil(h.cols / max(1, TILE_BYTES // elem - spread))
     F = math.ceil(h.cols / n_tiles)
     line = user.line
+    k = rows_per_partition(h.rows, F + spread if n_tiles == 1 else 0, elem, P)
+    R = h.rows // k
     views: dict[str, Buf] = {}
     stmts: list[Stmt] = []
-    for name, width in [(h.src, h.width), (user.out, h.cols)] + \
-            [(n, h.cols) for n in dict.fromkeys(user.inputs) if n not in dict(h.shifts)]:
-        views[name], st = hbm_view(hbm[name], (h.rows, width), fresh(f"{name}_v"), line)
+    for name, width in [(h.src, h.width)] + [(u.out, h.cols) for u in users] + \
+            [(n, h.cols) for n in _plain(users, h)]:
+        views[name], st = hbm_view(hbm[name], (R, width) if k == 1 else (R, k, width), fresh(f"{name}_v"), line)
         stmts += st
-    nest = _Nest(h, user, hbm, views, fresh, lo, spread, F)
-    full_rows, last_rows = divmod(h.rows, P)
-    what = f"{user.out} = element-wise on shifted reads of {h.src} (one load per tile with a halo of {spread} " \
-           f"column{'s' if spread != 1 else ''}, the shifts as slices of it)"
-    note = f"for {', '.join(v for _, v in user.vars[:-1])} (TILE_P rows at a time)"
+    nest = _Nest(h, users, hbm, views, fresh, lo, spread, F, k)
+    full_rows, last_rows = divmod(R, P)
+    what = f"{', '.join(u.out for u in users)} = element-wise on shifted reads of {h.src} (one load per tile " \
+           f"with a halo of {spread} column{'s' if spread != 1 else ''}, the shifts as slices of it" + \
+           (f"; {k} rows per partition)" if k > 1 else ")")
+    note = f"for {', '.join(v for _, v in user.vars[:-1])} (TILE_P {'rows' if k == 1 else 'blocks of rows'} at a time)"
     if full_rows:
         body = nest.columns(a(term("t", P, "TILE_P")), P)
         stmts.append(ir.Block(what, tuple(loop("t", full_rows, body, note=note, line=line)), line))
@@ -146,14 +165,52 @@ def build_halo(h: Halo, ops: tuple, hbm: dict[str, Buf], fresh: Fresh) -> tuple[
     return [("TILE_P", P), ("TILE_F", F)], stmts
 
 
+def rows_per_partition(rows: int, width: int, elem: int, P: int) -> int:
+    """k rows of the source per partition (each tile k * P rows) when one load holds a whole row's halo (`width`
+    columns, 0 when the columns are tiled): every instruction then streams k rows, so VectorE's fixed cost per
+    instruction (~100 cycles, ARCH2 static overhead: costs.py) and each DMA's descriptor costs are paid once per k
+    rows. The largest power of two whose tile stays within TILE_BYTES and that leaves whole tiles, at least
+    fusers.AHEAD_TILES of them (so the nest stays software-pipelined); 1 when none does."""
+    from tilec.compiler.fusers import AHEAD_TILES
+    k = 1
+    while width and (2 * k) * width * elem <= TILE_BYTES and rows % (2 * k * P) == 0 and \
+            rows // (2 * k * P) >= AHEAD_TILES:
+        k *= 2
+    return k
+
+
+def _plain(users: list[EltwiseOp], h: Halo) -> list[str]:
+    """The operands read plainly (not through a shifted copy), once each over every user."""
+    return [n for n in dict.fromkeys(n for u in users for n in u.inputs) if n not in dict(h.shifts)]
+
+
 class _Nest:
     """The body for one row tile: its column tiles, each a halo load, the other operands' loads, the expression
-    and the store."""
+    and the store (of each sibling: the loads shared)."""
 
-    def __init__(self, h: Halo, user: EltwiseOp, hbm: dict[str, Buf], views: dict[str, Buf], fresh: Fresh,
-                 lo: int, spread: int, F: int) -> None:
-        self.h, self.user, self.hbm, self.views, self.fresh = h, user, hbm, views, fresh
-        self.lo, self.spread, self.F = lo, spread, F
+    def __init__(self, h: Halo, users: list[EltwiseOp], hbm: dict[str, Buf], views: dict[str, Buf], fresh: Fresh,
+                 lo: int, spread: int, F: int, k: int = 1) -> None:
+        self.h, self.users, self.user, self.hbm, self.views, self.fresh = h, users, users[0], hbm, views, fresh
+        self.lo, self.spread, self.F, self.k = lo, spread, F, k
+
+    def _block(self, p: int, cols: ir.Idx | ir.Sl, rows: ir.Sl | None = None) -> tuple:
+        """The index of a tile (rows given: of an HBM view) with its k rows per partition as a middle axis."""
+        first = rows if rows is not None else sl(0, p)
+        return (first, cols) if self.k == 1 else (first, sl(0, self.k), cols)
+
+    def _shared(self, made: list[Stmt]) -> list[Stmt]:
+        """With k rows per partition, each fp32 tensor_tensor split by columns with GpSimdE
+        (lower_tiles.shared_with_gpsimd): a whole row's work per instruction leaves VectorE the bound (rope: 6
+        instructions a tile for 3 loads and 2 stores of the same bytes), and GpSimdE streams fp32 at the same 2
+        cycles an element."""
+        if self.k == 1:
+            return made
+        target = compiled()
+        return [x for b in made for x in (shared_with_gpsimd(b, target, rank=3) if isinstance(b, ir.Binary) else [b])]
+
+    def _tile_shape(self, width: int) -> tuple[int, ...]:
+        P = compiled().pmax
+        return (P, width) if self.k == 1 else (P, self.k, width)
 
     def columns(self, r0: ir.Aff, p: int) -> list[Stmt]:
         F, N = self.F, self.h.cols
@@ -172,22 +229,27 @@ class _Nest:
         h, ln, P = self.h, self.user.line, compiled().pmax
         rows = ir.Sl(r0, p, 1, "TILE_P" if p == P else "")
         named = "TILE_F" if f == self.F else ""
-        src = Buf(self.fresh(f"{h.src}_tile"), "sbuf", self.hbm[h.src].dtype, (P, self.F + self.spread))
+        src = Buf(self.fresh(f"{h.src}_tile"), "sbuf", self.hbm[h.src].dtype, self._tile_shape(self.F + self.spread))
         out: list[Stmt] = [Alloc(src, line=ln),
-                           Dma(View(src, (sl(0, p), sl(0, f + self.spread))),
-                               View(self.views[h.src], (rows, ir.Sl(c0.plus(self.lo), f + self.spread))), ln)]
-        tiles = {t: View(src, (sl(0, p), sl(c - self.lo, f))) for t, c in h.shifts}
-        for name in dict.fromkeys(self.user.inputs):
-            if name in tiles:
-                continue
-            t = Buf(self.fresh(f"{name}_tile"), "sbuf", self.hbm[name].dtype, (P, self.F))
-            tiles[name] = View(t, (sl(0, p), sl(0, f)))
-            out += [Alloc(t, line=ln), Dma(tiles[name], View(self.views[name], (rows, ir.Sl(c0, f, 1, named))), ln)]
-        res = Buf(self.fresh(f"{self.user.out}_tile"), "sbuf", self.hbm[self.user.out].dtype, (P, self.F))
-        dst = View(res, (sl(0, p), sl(0, f)))
-        out.append(Alloc(res, line=ln))
-        # a ragged tile's temporaries have its own shape: a prefix of their own keeps the names apart
-        prefix = "tmp" if (p, f) == (P, self.F) else self.fresh("tmp_last")
-        out += ExprCompiler(tiles, (p, f), ln, self.fresh, set(), prefix=prefix).emit(self.user.expr, dst)
-        out.append(Dma(View(self.views[self.user.out], (rows, ir.Sl(c0, f, 1, named))), dst, ln))
+                           Dma(View(src, self._block(p, sl(0, f + self.spread))),
+                               View(self.views[h.src], self._block(p, ir.Sl(c0.plus(self.lo), f + self.spread),
+                                                                   rows)), ln)]
+        tiles = {t: View(src, self._block(p, sl(c - self.lo, f))) for t, c in h.shifts}
+        for name in _plain(self.users, h):
+            t = Buf(self.fresh(f"{name}_tile"), "sbuf", self.hbm[name].dtype, self._tile_shape(self.F))
+            tiles[name] = View(t, self._block(p, sl(0, f)))
+            out += [Alloc(t, line=ln),
+                    Dma(tiles[name], View(self.views[name], self._block(p, ir.Sl(c0, f, 1, named), rows)), ln)]
+        shape = (p, f) if self.k == 1 else (p, self.k, f)
+        for k, user in enumerate(self.users):
+            res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, self._tile_shape(self.F))
+            dst = View(res, self._block(p, sl(0, f)))
+            out.append(Alloc(res, line=user.line))
+            # a ragged tile's temporaries have its own shape, a sibling's its own expression: a prefix of their own
+            # keeps the names apart
+            base = "tmp" if k == 0 else self.fresh(f"{user.out}_tmp")
+            prefix = base if (p, f) == (P, self.F) else self.fresh(f"{base}_last")
+            made = ExprCompiler(tiles, shape, user.line, self.fresh, set(), prefix=prefix).emit(user.expr, dst)
+            out += self._shared(made)
+            out.append(Dma(View(self.views[user.out], self._block(p, ir.Sl(c0, f, 1, named), rows)), dst, user.line))
         return out

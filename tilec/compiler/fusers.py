@@ -19,6 +19,7 @@ from tilec.compiler.ops import ConvOp
 from tilec.compiler.pair_tiles import skew_inner_tiles, skew_row_tiles
 from tilec.compiler.rules_global import build_global_pool, global_note, global_pool
 from tilec.compiler.schedule import sbuf_budget
+from tilec.compiler.siblings import with_siblings
 from tilec.lang.api import Program
 from tilec.target import Target
 
@@ -99,16 +100,25 @@ def _mlp(s: Site, i: int) -> Fused | None:
 
 
 def _halo(s: Site, i: int) -> Fused | None:
-    """Shifted reads as slices of one tile loaded with a halo (build_halo.py), tiles pipelined at their loads."""
-    halo = shifted_group(s.ops, i, s.outputs, s.scheduled, {n: b.shape for n, b in s.hbm.items()}, s.program.sizes)
-    if halo is None:
+    """Shifted reads as slices of one tile loaded with a halo (build_halo.py), with the sibling groups over the same
+    source and domain in the same nest (siblings.py) when the nest still fits the SBUF budget, tiles pipelined at
+    their loads."""
+    shapes = {n: b.shape for n, b in s.hbm.items()}
+    alone = shifted_group(s.ops, i, s.outputs, s.scheduled, shapes, s.program.sizes)
+    if alone is None:
         return None
+    chained = {j for c in s.chains.values() for j in c}  # (ops a row chain builds: never a sibling)
+    halo = with_siblings(alone, s.ops, s.outputs, s.scheduled, shapes, s.program.sizes, chained) if s.budget \
+        else alone
     user = s.ops[halo.at + halo.count - 1]
-    built = build_halo(halo, s.ops, s.hbm, lambda base: s.names.fresh(base, f"halo:{user.out}"))
-    built = skew_row_tiles(built, s.budget, lambda base: s.names.fresh(base, f"halo:{user.out}"), var="t",
-                           tile_const="TILE_P", note=AHEAD, min_tiles=AHEAD_TILES) or built
-    return Fused("halo tiles", {user.out}, built, user.out, frozenset(halo.op_range),
-                 [o.name for o in s.ops[halo.at:halo.at + halo.count]])
+    fresh = lambda base: s.names.fresh(base, f"halo:{user.out}")  # noqa: E731
+    built = build_halo(halo, s.ops, s.hbm, fresh)
+    if halo != alone and passes.peak_usage(tuple(built[1]))[0] > s.budget:
+        halo, built = alone, build_halo(alone, s.ops, s.hbm, fresh)
+    built = skew_row_tiles(built, s.budget, fresh, var="t", tile_const="TILE_P", note=AHEAD,
+                           min_tiles=AHEAD_TILES) or built
+    return Fused("halo tiles", {u.out for u in halo.users(s.ops)}, built, user.out, frozenset(halo.op_range),
+                 [s.ops[j].name for j in halo.op_range])
 
 
 def _keep(s: Site, span) -> set[str]:
@@ -197,8 +207,10 @@ def chain_note(part: Chain, ops: tuple, program, target: Target) -> str:
     if kind == "row in PSUM":
         return f"# {chain[0]}: its broadcast row kept in PSUM, read there by VectorE's products (build_psumrow.py)"
     if kind == "halo tiles":
+        users = [o.name for o in ops if o.name in chain and not o.copy]
+        siblings = f"; {' and '.join(users)} computed in the one nest (siblings.py)" if len(users) > 1 else ""
         return f"# fused {', '.join(chain)}: each tile of the source loaded once with a halo, the shifted reads " \
-            "slices of it (build_halo.py; a directive on one builds them apart)"
+            f"slices of it (build_halo.py{siblings}; a directive on one builds them apart)"
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
 
 

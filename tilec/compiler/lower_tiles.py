@@ -343,7 +343,7 @@ class _Lowering:
         if how.get("square"):
             self.squares[the_square(made, s.var)] = str(how["square"])
         if how.get("gpsimd"):  # an fp32 element-wise instruction split by columns with GpSimdE (the same values)
-            made = [x for b in made for x in (_shared_with_gpsimd(b, self.target) if isinstance(b, ir.Binary) else [b])]
+            made = [x for b in made for x in (shared_with_gpsimd(b, self.target) if isinstance(b, ir.Binary) else [b])]
         return made
 
     def view(self, a: Access, nest: dict[str, int]) -> View:
@@ -437,7 +437,7 @@ def square_sums(out: list[ir.Stmt], target: Target, squares: dict[ir.Binary, str
     computes (`acc = sum(T)` along T's free axis, T read by nothing else) as one ScalarE activation: T = square(x)
     with acc its sum (reduce_res). VectorE computed both (a multiply and a tensor_reduce), ScalarE sat idle. Model,
     4096 x 4096 `s[i] += (A - B) * (A - B)` without start-up: f32 1085.8 -> 375.7 us (DMA floor 364.8), bf16 914.7
-    -> 195.4 us (floor 182.4), with _shared_with_gpsimd and the cast on ScalarE.
+    -> 195.4 us (floor 182.4), with shared_with_gpsimd and the cast on ScalarE.
     The sum is of the fp32 squares (T's rounding to its dtype is not summed), as precise as the two steps or more."""
     for i, sq in enumerate(out):
         if not isinstance(sq, ir.Binary) or squares.get(sq) != "sum":
@@ -465,7 +465,7 @@ def square_sums(out: list[ir.Stmt], target: Target, squares: dict[ir.Binary, str
 
 def scalar_squares(out: list[ir.Stmt], target: Target, squares: dict[ir.Binary, str]) -> list[ir.Stmt]:
     """`tensorize(.., square="scalar")` (rules.colreduce, rules._Squares): the square `T = x * x` as a ScalarE
-    activation T = square(x), x's fp32 producer shared by GpSimdE and VectorE (_shared_with_gpsimd)."""
+    activation T = square(x), x's fp32 producer shared by GpSimdE and VectorE (shared_with_gpsimd)."""
     for i, sq in enumerate(out):
         if isinstance(sq, ir.Binary) and squares.get(sq) == "scalar":
             made = out[:i] + [ir.Act(sq.dst, sq.a, "square", line=sq.line)] + out[i + 1:]
@@ -475,28 +475,29 @@ def scalar_squares(out: list[ir.Stmt], target: Target, squares: dict[ir.Binary, 
 
 def _producer_shared(made: list[ir.Stmt], sq: ir.Binary, last: int, target: Target) -> list[ir.Stmt]:
     """The statements with the element-wise instruction computing the square's operand, if it is among them before
-    index `last` + 1, split by columns (_shared_with_gpsimd: the same values)."""
+    index `last` + 1, split by columns (shared_with_gpsimd: the same values)."""
     x = next((n for n in range(last, -1, -1) if isinstance(made[n], ir.Binary)
               and made[n].dst == sq.a), None)  # type: ignore[union-attr]
     if x is not None:
         producer = made[x]
         assert isinstance(producer, ir.Binary)
-        made[x:x + 1] = _shared_with_gpsimd(producer, target)
+        made[x:x + 1] = shared_with_gpsimd(producer, target)
     return made
 
 
-def _shared_with_gpsimd(b: ir.Binary, target: Target) -> list[ir.Stmt]:
+def shared_with_gpsimd(b: ir.Binary, target: Target, rank: int = 2) -> list[ir.Stmt]:
     """The fp32 tile `b` computes (`d = A - B` before a square_sums activation) split by columns: GpSimdE computes
     the last ones, VectorE the first, in proportion to their speeds (both 2 cycles an element with an fp32 result).
     VectorE alone was the bound of 4096 x 4096 bf16 `s[i] += (A - B) * (A - B)` (VectorE 276 us, DMA floor 182 us).
     GpSimdE's part comes first in program order: it is the first reader of the loaded tiles, so their loads issue
-    on its DMA stream (tilec/perf/schedule.py, DMA trigger streams; build_colreduce._fold does the same)."""
+    on its DMA stream (tilec/perf/schedule.py, DMA trigger streams; build_colreduce._fold does the same).
+    `rank`: the views' dimensions (3: build_halo's tiles of k rows per partition, split by their last axis)."""
     views = (b.dst, b.a, b.b)
-    plain = all(v.buf.memory == "sbuf" and len(v.shape()) == 2 and not v.perm and v.shape() == b.dst.shape()
+    plain = all(v.buf.memory == "sbuf" and len(v.shape()) == rank and not v.perm and v.shape() == b.dst.shape()
                 and isinstance(v.idx[-1], ir.Sl) and v.idx[-1].step == 1 for v in views)
     if b.engine or b.scale0 != 1.0 or b.dst.buf.dtype != "f32" or not plain:
         return [b]
-    cols = b.dst.shape()[1]
+    cols = b.dst.shape()[-1]
     cut = round(cols * target.vector_part())  # (NC-v2: all on the faster engine, Target.vector_part)
     if not 0 < cut < cols:
         return [b] if cut else [replace(b, engine="gpsimd")]

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from tilec.compiler import layout, primitives as pr, rules_copy
+from tilec.compiler import fuse, layout, primitives as pr, rules_copy
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Loop, loads, loop_index, walk
@@ -50,7 +50,7 @@ _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
     "buffers": pr.buffers, "fold_init": pr.fold_init, "stage_grouped": layout.stage_grouped, "cut": layout.cut,
     "merge_dims": layout.merge_dims, "unroll_tiles": lambda k, base: unroll_tiles(k, base),
-    "bind_expr": pr.bind_expr, "reverse_compute_at": pr.reverse_compute_at, "pair": pr.pair,
+    "bind_expr": pr.bind_expr, "reverse_compute_at": pr.reverse_compute_at, "pair": pr.pair, "fuse": fuse.fuse,
     "tensorize": _lowering_only, "block": _lowering_only, "single": _lowering_only,
     "resolve_fill": rules_copy.resolve_fill, "fill_from": rules_copy.fill_from,
 }

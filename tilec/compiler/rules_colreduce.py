@@ -299,7 +299,7 @@ class _Squares:
 
     def __call__(self, e: Expr, dtype: str, shared: bool = False) -> dict[str, str | bool]:
         x = square(e)
-        if x is None:  # (`shared`: fp32 element-wise work split by columns with GpSimdE, _shared_with_gpsimd)
+        if x is None:  # (`shared`: fp32 element-wise work split by columns with GpSimdE, shared_with_gpsimd)
             return {"gpsimd": True} if shared else {}
         if isinstance(x, Load) and dtype in ("bf16", "f16"):
             self.loaded += 1

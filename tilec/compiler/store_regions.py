@@ -24,23 +24,36 @@ from tilec.compiler import ir
 
 def stores_in_place(k: ir.Kernel) -> ir.Kernel:
     body = list(k.body)
+    folded: dict[int, tuple[ir.Stmt, list[tuple[str, tuple[int, ...], tuple[int, ...]]]]] = {}
     at = 0
     while at < len(body):
-        found = _in_place(body, at, k)
+        found = _in_place(body, at, k, folded)
         if found is None:
             at += 1
             continue
         producer, temp, dst, offsets = found
-        views = {s.buf.name for s in body if isinstance(s, ir.Reshape) and s.base == temp}
+        views = {s.buf.name: _dst_view(body, s.buf.shape, temp, dst, offsets)
+                 for s in body if isinstance(s, ir.Reshape) and s.base == temp}
+        made = [ir.Reshape(v[0], dst, body[producer].line) for v in views.values() if v is not None
+                and not any(isinstance(s, ir.Reshape) and s.buf == v[0] for s in body)]
+        made = list({r.buf.name: r for r in made}.values())
+        body[producer:producer] = made  # (dst seen split, before its use)
+        producer, at = producer + len(made), at + len(made)
+        regions = folded.get(id(body[producer]), (None, []))[1]
         body[producer] = _moved(body[producer], temp, dst, offsets, views)
+        # (keyed by the statement itself: positions move as copies and allocations go)
+        folded[id(body[producer])] = (body[producer], regions + [(dst.name, offsets, temp.shape)])
         body = [s for n, s in enumerate(body) if n != at and not (isinstance(s, ir.Alloc) and s.buf == temp)
                 and not (isinstance(s, ir.Reshape) and s.base == temp)]
+        at = 0  # (the temporary's allocation before the copy went too: the next copy may now be at `at`)
     return replace(k, body=tuple(body))
 
 
-def _in_place(body: list[ir.Stmt], at: int, k: ir.Kernel):
+def _in_place(body: list[ir.Stmt], at: int, k: ir.Kernel, folded: dict):
     """(the producer's position, the temporary, the destination buffer, the offsets) when body[at] is a copy to
-    fold into its producer, else None."""
+    fold into its producer, else None. A producer that already stores other temporaries into the destination
+    (`folded`: sibling element-wise work built in one nest, siblings.py) takes one more when the regions are
+    disjoint, so the order of their stores inside it does not matter."""
     copy = _region_copy(body[at])
     if copy is None:
         return None
@@ -49,19 +62,65 @@ def _in_place(body: list[ir.Stmt], at: int, k: ir.Kernel):
     if temp.name in kernel_bufs or not any(isinstance(s, ir.Alloc) and s.buf == temp for s in body[:at]):
         return None
     views = {s.buf.name for s in body if isinstance(s, ir.Reshape) and s.base == temp}
-    if any(_squeezed(s.buf.shape) != temp.shape for s in body if isinstance(s, ir.Reshape) and s.base == temp):
-        return None  # (a view with unit dimensions added is the same indices; others are not)
+    if any(_squeezed(s.buf.shape) != temp.shape and _split(s.buf.shape, temp.shape, dst.shape, offsets) is None
+           for s in body if isinstance(s, ir.Reshape) and s.base == temp):
+        return None  # (a view with unit dimensions added is the same indices, a split of leading ones _split's)
     users = [n for n, s in enumerate(body) if n != at and ({temp.name} | views) & _names(s)]
     if len(users) != 1 or users[0] > at or not _written_only(body[users[0]], {temp.name} | views):
         return None
     producer = users[0]
     family = _family(body, dst)
-    if any(family & _names(s) for s in body[producer:at]):
+    if any(family & _names(s) for s in body[producer + 1:at]) or \
+            family & _names(body[producer]) and not _apart(folded, body[producer], dst, offsets, temp.shape):
         return None
     if dst.name not in kernel_bufs and not any(isinstance(s, (ir.Reshape, ir.Alloc)) and s.buf == dst
                                                for s in body[:producer]):
         return None  # (the destination must exist before the producer)
     return producer, temp, dst, offsets
+
+
+def _split(vshape: tuple[int, ...], temp: tuple[int, ...], dst: tuple[int, ...],
+           offsets: tuple[int, ...]) -> tuple[tuple[int, ...], int] | None:
+    """(the shape to see `dst` with, how many of the temporary's dimensions it splits) when a view of the temporary
+    splits its leading dimensions (build_halo's k rows per partition: [S, D] seen [S / k, k, D]) and those are the
+    destination's own, at offset 0: the same split of `dst` keeps every element's place; None otherwise."""
+    for j in range(1, len(temp)):
+        tail = temp[j:]
+        lead = vshape[:len(vshape) - len(tail)]
+        if vshape[len(lead):] == tail and math.prod(lead) == math.prod(temp[:j]) and temp[:j] == dst[:j] and \
+                not any(offsets[:j]):
+            return lead + dst[j:], j
+    return None
+
+
+def _dst_view(body: list[ir.Stmt], vshape: tuple[int, ...], temp: ir.Buf, dst: ir.Buf,
+              offsets: tuple[int, ...]) -> tuple[ir.Buf, int] | None:
+    """For a view of the temporary that splits its leading dimensions: the view of `dst` split alike (an existing
+    one, else a new name) and how many leading dimensions the split has; None for a view adding unit dimensions."""
+    if _squeezed(vshape) == temp.shape:
+        return None
+    split = _split(vshape, temp.shape, dst.shape, offsets)
+    assert split is not None
+    shape, j = split
+    lead = len(shape) - len(dst.shape) + j
+    for s in body:
+        if isinstance(s, ir.Reshape) and s.base == dst and s.buf.shape == shape:
+            return s.buf, lead
+    taken = {v.buf.name for x in ir.walk(tuple(body)) for v in ir.views(x)} | \
+        {s.buf.name for s in body if isinstance(s, (ir.Reshape, ir.Alloc))}
+    name = next(n for n in (f"{dst.name}_v{'' if i == 0 else i + 1}" for i in range(len(taken) + 1))
+                if n not in taken)
+    return ir.Buf(name, "hbm", dst.dtype, shape), lead
+
+
+def _apart(folded: dict, producer: ir.Stmt, dst: ir.Buf, offsets: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether every touch of `dst` in `producer` is an earlier fold's store (into `dst` itself), each into a region
+    disjoint from offsets + shape."""
+    kept, regions = folded.get(id(producer), (None, []))
+    if kept is not producer or not regions or any(name != dst.name for name, _, _ in regions):
+        return False
+    return all(any(o + n <= p or p + m <= o for o, n, p, m in zip(offsets, shape, other, size))
+               for _, other, size in regions)
 
 
 def _region_copy(s: ir.Stmt):
@@ -137,9 +196,11 @@ def _family(body: list[ir.Stmt], buf: ir.Buf) -> set[str]:
     return names
 
 
-def _moved(s: ir.Stmt, temp: ir.Buf, dst: ir.Buf, offsets: tuple[int, ...], views: set[str]) -> ir.Stmt:
-    """`s` with every view of `temp` (or of its reshapes `views`, which add unit dimensions: their indices there
-    are dropped) a view of `dst` at `offsets`; a block's label says where it stores."""
+def _moved(s: ir.Stmt, temp: ir.Buf, dst: ir.Buf, offsets: tuple[int, ...],
+           views: dict[str, tuple[ir.Buf, int] | None]) -> ir.Stmt:
+    """`s` with every view of `temp` (or of its reshapes `views`: those adding unit dimensions have their indices
+    there dropped, those splitting leading dimensions become views of `dst` split alike) a view of `dst` at
+    `offsets`; a block's label says where it stores."""
     def idx(i: ir.Idx, off: int) -> ir.Idx:
         return replace(i, start=i.start.plus(off)) if isinstance(i, ir.Sl) else i.plus(off)
 
@@ -147,11 +208,16 @@ def _moved(s: ir.Stmt, temp: ir.Buf, dst: ir.Buf, offsets: tuple[int, ...], view
         if isinstance(x, (ir.Loop, ir.Block)):
             return replace(x, body=tuple(stmt(c) for c in x.body))
         if isinstance(x, ir.Dma) and x.dst.buf.memory == "hbm" and (x.dst.buf == temp or x.dst.buf.name in views):
+            split = views.get(x.dst.buf.name)
+            if split is not None:  # (the split dimensions are at offset 0: _split)
+                shifts = (0,) * split[1] + offsets[len(offsets) - (len(x.dst.idx) - split[1]):]
+                return replace(x, dst=ir.View(split[0], tuple(idx(i, o) for i, o in zip(x.dst.idx, shifts))))
             kept = [i for i, n in zip(x.dst.idx, x.dst.buf.shape) if n != 1 or x.dst.buf == temp]
             return replace(x, dst=ir.View(dst, tuple(idx(i, o) for i, o in zip(kept, offsets))))
         return x
     out = stmt(s)
     if isinstance(out, ir.Block):
         where = ", ".join(f"{o}:{o + n}" for o, n in zip(offsets, temp.shape))
-        out = replace(out, label=f"{out.label}, stored into {dst.name}[{where}]")
+        joined = " and" if ", stored into " in out.label else ", stored into"  # (a sibling's region: siblings.py)
+        out = replace(out, label=f"{out.label}{joined} {dst.name}[{where}]")
     return out

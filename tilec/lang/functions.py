@@ -65,6 +65,7 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in (
     _act("abs", np.abs),
     _act("silu", _f64(lambda x: x / (1.0 + np.exp(-x)))),  # x * sigmoid(x) (swish), as nl.silu
     _act("softplus", _f64(lambda x: np.logaddexp(0.0, x))),  # log(1 + exp(x)), as nl.softplus
+    _act("mish", _f64(lambda x: x * np.tanh(np.logaddexp(0.0, x)))),  # x * tanh(softplus(x)), as nl.mish
     # GELU's tanh form, as nl.gelu_apprx_tanh (the NKI shared docs' activation table: "Gelu with Tanh Approximation")
     Function("gelu_tanh", 1, _f64(lambda x: 0.5 * x * (1.0 + np.tanh(GELU_K * (x + 0.044715 * x ** 3)))),
              "gelu_apprx_tanh", "activation", "act", evicts=True),

@@ -120,6 +120,7 @@ UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "abs": np.abs,
     "silu": lambda x: x / (1.0 + np.exp(-x)),
     "softplus": lambda x: np.log1p(np.exp(x)),
+    "mish": lambda x: x * np.tanh(np.log1p(np.exp(x))),
     "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x))),
 }
 POSITIVE = ("log", "sqrt", "rsqrt", "reciprocal")  # their argument is made positive: f(abs(x) + 0.5)
