@@ -1,0 +1,215 @@
+"""A transposed convolution's matmul and its depth-to-space permute built as one part, the result kept on chip
+(issue 13; tconv_split.py makes the two ops: `T[n, k, a, b, y, x] = X[n, :, y, x] . Wt[:, k, a, b]`, then
+`Y[n, k, y, a, x, b] = T[n, k, a, b, y, x]`).
+
+Built apart, T goes to HBM and back: the matmul's rows are Wt's (k, a, b), and the permute needs each k's taps on
+one partition. Here each tap (a, b) is a matmul of its own whose stationary is Wt[:, :, a, b] (K columns), so its
+result has k on the partitions; the eviction writes it into the tap's strided place of one SBUF tile laid out as Y
+([k, y, a, x, b]), and one contiguous DMA stores the tile. TensorE streams each input pixel once per tap instead of
+once for all taps (K columns instead of 4K), which costs where the matmul is TensorE-bound (fp32) and not where the
+layer is DMA-bound; on the model it was faster in both dtypes at the U-Net size (docs/notes/tconv24.md).
+
+With K = 32 or 64 output channels a tap uses a quarter or half of the partitions: G = 128 / K groups of rows then
+sit side by side on the partitions (group g's matmuls write PSUM partitions [g*K, g*K + K)), so the evictions and
+the store use all partitions and DMA engines (a store from 64 partitions has half of them). Group g takes rows
+[g*hb, g*hb + hb) of each band of G*hb input rows: one DMA loads the band, one stores it (dma_merge.py merges the
+groups' stores into one)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from tilec.compiler import ir
+from tilec.compiler.build_util import a as aff, loop, sl, term
+from tilec.compiler.ir import Act, Alloc, Buf, Dma, Matmul, Reshape, Scalar, Sl, Stmt, View, full
+from tilec.compiler.ops import ConvOp, EltwiseOp
+from tilec.lang import syntax as sx
+
+PMAX = 128
+PSUM_COLS = 512  # fp32 elements of one PSUM bank per partition
+TILE_BYTES = 16 * 1024  # per partition, for the band of X and of Y (two of each in flight)
+
+
+@dataclass(frozen=True)
+class Found:
+    conv: ConvOp
+    copy: EltwiseOp
+    batch: bool  # T and Y have a leading batch index
+    kc: int  # output channels K (the conv's rows are K * A * B)
+    taps: tuple[int, int]  # (A, B)
+
+
+def find(ops: tuple, i: int, hbm: dict, keep: set[str], scheduled) -> Found | None:
+    """The transposed conv's two ops at op i, when this builder takes them (module docstring), else None."""
+    if i + 1 >= len(ops) or not isinstance(ops[i], ConvOp) or not isinstance(ops[i + 1], EltwiseOp):
+        return None
+    conv, copy = ops[i], ops[i + 1]
+    if conv.name in scheduled or copy.name in scheduled or conv.out in keep or not _plain(conv):
+        return None
+    t = hbm[conv.out].shape
+    if not copy.copy or copy.inputs != (conv.out,) or len(t) not in (5, 6) or copy.out_index:
+        return None
+    batch = len(t) == 6
+    kc, ta, tb, h, w = t[-5:]
+    order = [v for _, v in copy.vars]
+    src = copy.expr
+    if not isinstance(src, sx.Access) or not all(isinstance(ix, sx.Name) for ix in src.indices):
+        return None
+    names = [ix.id for ix in src.indices if isinstance(ix, sx.Name)]
+    lead = order[:len(order) - 5]
+    nk, y, ya, x, xb = order[len(order) - 5:]
+    if names != lead + [nk, ya, xb, y, x] or hbm[copy.out].shape != t[:-5] + (kc, h, ta, w, tb):
+        return None
+    if conv.dim("K") != kc * ta * tb or (conv.dim("H"), conv.dim("W")) != (h, w) or w > PSUM_COLS:
+        return None
+    if hbm[conv.x].dtype != hbm[conv.w].dtype or hbm[conv.w].shape[1:] != (kc, ta, tb):
+        return None
+    if conv.bias and hbm[conv.bias].shape != (kc, ta, tb):
+        return None
+    return Found(conv, copy, batch, kc, (ta, tb))
+
+
+def _plain(op: ConvOp) -> bool:
+    """A 1x1 contraction with nothing applied on its eviction but a per-row bias."""
+    return (op.dim("R"), op.dim("S")) == (1, 1) and op.w_layout == "ck" and op.groups == 1 and not op.relu \
+        and op.pool is None and not op.w_batch and not op.x_transposed and op.residual is None \
+        and op.clamp is None and op.w_relu is None and op.scale == 1.0 and not op.epilogue \
+        and op.bias_role == "k" and op.stride == (1, 1) and op.offset == (0, 0) and op.dilation == (1, 1)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    N: int
+    C: int
+    K: int
+    A: int
+    B: int
+    H: int
+    W: int
+    G: int  # row groups side by side on the partitions
+    hb: int  # input rows per group in a band
+    rc: int  # input rows per matmul (rc * W fp32 fit a PSUM bank)
+
+
+def _shape(f: Found, hbm: dict) -> _Shape:
+    c = f.conv
+    K, (A, B), H, W = f.kc, f.taps, c.dim("H"), c.dim("W")
+    G = PMAX // K if K in (32, 64) else 1
+    while G > 1 and H % G:
+        G //= 2
+    size = ir.DTYPE_BYTES[hbm[f.copy.out].dtype]
+    xsize = ir.DTYPE_BYTES[hbm[c.x].dtype]
+    hg = H // G
+    hb = max(d for d in range(1, hg + 1) if hg % d == 0 and (d == 1 or (
+        d * A * W * B * size <= TILE_BYTES and G * d * W * xsize <= TILE_BYTES)))
+    rc = max(d for d in range(1, hb + 1) if hb % d == 0 and d * W <= PSUM_COLS)
+    return _Shape(c.dim("N"), c.dim("C"), K, A, B, H, W, G, hb, rc)
+
+
+def _tiles(n: int) -> list[tuple[int, int]]:
+    return [(s, min(PMAX, n - s)) for s in range(0, n, PMAX)]
+
+
+def build(f: Found, hbm: dict, fresh: Callable[[str], str]) -> tuple[list, list]:
+    """(constants, statements) of the fused transposed conv."""
+    s = _shape(f, hbm)
+    c, line = f.conv, f.conv.line
+    y_view = hbm[f.copy.out]
+    x, w = hbm[c.x], hbm[c.w]
+    stmts: list[Stmt] = []
+    wv = Buf(fresh(f"{w.name}_v"), "hbm", w.dtype, (s.C, s.K * s.A * s.B))
+    stmts.append(Reshape(wv, w, line))
+    taps = []
+    for ct, (c0, cs) in enumerate(_tiles(s.C)):
+        taps.append(_stationary(wv, c0, cs, s, fresh(f"{w.name}_taps{ct}"), fresh(f"{w.name}_rows{ct}"), line,
+                                stmts))
+    bias = _bias(f, hbm, s, fresh, line, stmts) if c.bias else None
+    main = _bands(f, s, x, y_view, taps, bias, fresh, line)
+    n = fresh("n")
+    stmts += loop(n, s.N, [ir.Block(f"{f.copy.out}: each tap's matmul evicted into its place in Y's layout, "
+                                    "stored once", tuple(main), line)], note=f"for {dict(c.vars)['n']} in 0..N",
+                  line=dict(c.lines).get("n", line)) if f.batch else main
+    return [], stmts
+
+
+def _stationary(wv: Buf, c0: int, cs: int, s: _Shape, name: str, rows: str, line: int, out: list) -> Buf:
+    """Wt's contraction rows [c0, c0 + cs) in SBUF as [cs, taps, K]: tap t's stationary is one contiguous run."""
+    raw = Buf(rows, "sbuf", wv.dtype, (cs, s.K * s.A * s.B))
+    taps = Buf(name, "sbuf", wv.dtype, (cs, s.A * s.B, s.K))
+    out += [Alloc(raw, line=line), Dma(ir.whole(raw), View(wv, (sl(c0, cs), full(wv.shape[1]))), line),
+            Alloc(taps, line=line)]
+    for t in range(s.A * s.B):
+        out.append(ir.Copy(View(taps, (full(cs), aff(t), full(s.K))), View(raw, (full(cs), Sl(aff(t), s.K, s.A * s.B))),
+                           line))
+    return taps
+
+
+def _bias(f: Found, hbm: dict, s: _Shape, fresh, line: int, out: list) -> Buf:
+    """The bias [K, A, B] as fp32 columns [G*K, taps]: tap t's column, repeated for every group of rows."""
+    b = hbm[f.conv.bias]
+    bv = Buf(fresh(f"{b.name}_v"), "hbm", b.dtype, (s.K, s.A * s.B))
+    col = Buf(fresh(f"{b.name}_cols"), "sbuf", "f32", (s.G * s.K if s.G > 1 else min(s.K, PMAX),
+                                                      len(_tiles(s.K)) * s.A * s.B if s.G == 1 else s.A * s.B))
+    out += [Reshape(bv, b, line), Alloc(col, line=line)]
+    if s.G > 1:
+        for g in range(s.G):
+            out.append(Dma(View(col, (sl(g * s.K, s.K), full(s.A * s.B))), ir.whole(bv), line))
+        return col
+    for kt, (k0, ks) in enumerate(_tiles(s.K)):
+        out.append(Dma(View(col, (sl(0, ks), sl(kt * s.A * s.B, s.A * s.B))), View(bv, (sl(k0, ks), full(s.A * s.B))),
+                       line))
+    return col
+
+
+def _bands(f: Found, s: _Shape, x: Buf, y: Buf, taps: list, bias: Buf | None, fresh, line: int) -> list[Stmt]:
+    """Every band of rows: its input rows loaded once, then each tile of output channels (one when groups of rows
+    share the partitions)."""
+    band = fresh("band")
+    rows0 = aff(term(band, s.G * s.hb))
+    body: list[Stmt] = []
+    n = [aff(fresh("n"))] if f.batch else []
+    xt = []
+    for ct, (c0, cs) in enumerate(_tiles(s.C)):
+        xb = Buf(fresh(f"{x.name}_band{ct}"), "sbuf", x.dtype, (cs, s.G * s.hb, s.W))
+        body += [Alloc(xb, line=line), Dma(ir.whole(xb), View(x, tuple(n) + (sl(c0, cs), Sl(rows0, s.G * s.hb),
+                                                                            full(s.W))), line)]
+        xt.append(xb)
+    for kt, (k0, ks) in enumerate(_tiles(s.K) if s.G == 1 else [(0, s.K)]):
+        tag = str(kt) if kt else ""
+        yb = Buf(fresh(f"{y.name}_band{tag}"), "sbuf", y.dtype, (s.G * ks, s.hb, s.A, s.W, s.B))
+        body.append(Alloc(yb, line=line))
+        body += _chunks(f, s, xt, yb, taps, bias, kt, (k0, ks), fresh, line)
+        g = fresh("g")
+        lead = tuple(n) + (sl(k0, ks),)
+        dst = View(y, lead + (Sl(rows0.plus(aff(term(g, s.hb))), s.hb), full(s.A), full(s.W), full(s.B)))
+        body += loop(g, s.G, [Dma(dst, View(yb, (Sl(aff(term(g, ks)), ks), full(s.hb), full(s.A), full(s.W),
+                                                 full(s.B))), line)], note="row groups", line=line)
+    return loop(band, s.H // (s.G * s.hb), body, note="bands of rows", line=line)
+
+
+def _chunks(f: Found, s: _Shape, xt: list, yb: Buf, taps: list, bias: Buf | None, kt: int, k: tuple[int, int],
+            fresh, line: int) -> list[Stmt]:
+    """The band's matmuls, a chunk of rows at a time: per tap, each group's rows into its partitions of one PSUM
+    tile (summed over the contraction tiles), evicted into the tap's place in the band."""
+    (k0, ks), j = k, fresh("rows")
+    parts = yb.shape[0]
+    chunk: list[Stmt] = []
+    for t in range(s.A * s.B):
+        acc = Buf(fresh(f"{f.conv.out}_acc{t}" + (f"_{kt}" if kt else "")), "psum", "f32", (parts, s.rc, s.W))
+        chunk.append(Alloc(acc, line=line))
+        for g in range(s.G):
+            for ct, (_, cs) in enumerate(_tiles(s.C)):
+                moving = View(xt[ct], (full(cs), Sl(aff(term(j, s.rc), g * s.hb), s.rc), full(s.W)))
+                chunk.append(Matmul(View(acc, (sl(g * ks, ks), full(s.rc), full(s.W))),
+                                    View(taps[ct], (full(cs), aff(t), sl(k0, ks))), moving, line, start=ct == 0))
+        dst = View(yb, (full(parts), Sl(aff(term(j, s.rc)), s.rc), aff(t // s.B), full(s.W), aff(t % s.B)))
+        col = View(bias, (sl(0, parts), sl(kt * s.A * s.B + t, 1))) if bias is not None else None
+        chunk.append(_evict(dst, ir.whole(acc), col, t, line))
+    return loop(j, s.hb // s.rc, chunk, note="matmul rows", line=line)
+
+
+def _evict(dst: View, acc: View, bias: View | None, t: int, line: int) -> Stmt:
+    """PSUM -> the tap's place in the band, the bias added; taps alternate ScalarE and VectorE."""
+    if t % 2 == 0 or bias is None:
+        return Act(dst, acc, "copy", bias, 1.0, line) if t % 2 == 0 else ir.Copy(dst, acc, line)
+    return Scalar(dst, acc, "add", bias, line)
