@@ -179,14 +179,14 @@ def _mobilenet_block(s: Site, i: int) -> Fused | None:
 
 def _tconv(s: Site, i: int) -> Fused | None:
     """A transposed conv's matmul and permute with the result kept on chip (build_tconv.py)."""
-    found = build_tconv.find(s.ops, i, s.hbm, _keep(s, range(i, i + 2)), s.scheduled) if s.budget else None
+    found = build_tconv.find(s.ops, i, s.hbm, lambda span: _keep(s, span), s.scheduled) if s.budget else None
     if found is None:
         return None
     out = found.copy.out
     built = build_tconv.build(found, s.hbm, s.fresh_op(found.copy))
     if passes.peak_usage(tuple(built[1]))[0] > s.budget:
         return None
-    return Fused("transposed conv", {out}, built, out, frozenset({i, i + 1}), [found.conv.name, found.copy.name])
+    return Fused("transposed conv", {out}, built, out, found.covers, [s.ops[j].name for j in sorted(found.covers)])
 
 
 def chain_note(part: Chain, ops: tuple, program, target: Target) -> str:
