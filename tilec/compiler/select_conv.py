@@ -171,6 +171,38 @@ def split_sign(comp: Comp) -> tuple[Comp, float]:
     return (comp, 1.0) if product == comp.update else (replace(comp, update=product), scale)
 
 
+TCONV_HINT = ("a transposed convolution of kernel 2 and stride 2 compiles: `Y[n, k, 2 * y + a, 2 * x + b] += "
+              "X[n, c, y, x] * Wt[c, k, a, b]` with a, b in 0..2 (docs/language.md)")
+
+
+def _strided_store(comp: Comp, pos: list[int], program) -> bool:
+    """Two or more store indices of the form `s * y + a` (s > 1) while the reads use a summed variable together with
+    an output variable in one index (`X[n, c, y + a - t, ..]`): the phase form of a padded transposed conv."""
+    names = {v for v, _ in comp.extents}
+    if len(pos) < 2 or comp.update is None:
+        return False
+    for i in pos:
+        try:
+            coefs, _ = affine_index(comp.out_index[i], names, program.sizes)
+        except TilecError:
+            return False
+        if len(coefs) != 2 or max(coefs.values()) < 2:
+            return False
+    summed = names - set(comp.out_vars)
+    out = set(comp.out_vars)
+    return any(_names_in(ix) & summed and _names_in(ix) & out for a in accesses(comp.update) for ix in a.indices)
+
+
+def _names_in(e: sx.Expr) -> set[str]:
+    if isinstance(e, sx.Name):
+        return {e.id}
+    if isinstance(e, sx.BinOp):
+        return _names_in(e.lhs) | _names_in(e.rhs)
+    if isinstance(e, sx.Neg):
+        return _names_in(e.x)
+    return set()
+
+
 def ungroup(comp: Comp, program) -> tuple[Comp, int]:
     """A grouped convolution `Y[n, g*Kg + k, ..] += X[n, g*Cg + c, ..] * W[g*Kg + k, c, ..]` as one contraction of
     all G*Cg input channels into all G*Kg output channels: the merged indices become the plain variables k (now
@@ -183,6 +215,10 @@ def ungroup(comp: Comp, program) -> tuple[Comp, int]:
     if comp.red_op != "+=" or len(pos) != 1 or not (isinstance(update, sx.BinOp) and update.op == "*"
                                                      and len(accesses(update)) == 2):
         e = comp.out_index[pos[0]] if pos else comp.span
+        if _strided_store(comp, pos, program):
+            raise reject(comp, f"{comp.target}'s store `{fmt_expr(comp.out_index[pos[0]])}` with a summed tap is a "
+                               "transposed convolution whose kernel is larger than its stride (padding): not "
+                               "compiled yet", getattr(e, "span", comp.span), TCONV_HINT)
         raise reject(comp, f"the compiler needs each index of {comp.target} to be a plain loop variable, or one "
                            "merged channel index of a grouped convolution", getattr(e, "span", comp.span), hint)
     names = {v for v, _ in comp.extents}
