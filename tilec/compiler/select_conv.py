@@ -14,7 +14,7 @@ from tilec.compiler.lower import Comp, affine_index, size_value
 from tilec.compiler.schedule import PMAX
 from tilec.compiler.ops import SUPPORTED, ConvOp, Op, index_maps, plain, reads, reject
 from tilec.compiler.select_pool import select_pool
-from tilec.compiler.tconv_split import trailing_outputs
+from tilec.compiler.tconv_split import names_in, trailing_outputs
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -190,17 +190,7 @@ def _strided_store(comp: Comp, pos: list[int], program) -> bool:
             return False
     summed = names - set(comp.out_vars)
     out = set(comp.out_vars)
-    return any(_names_in(ix) & summed and _names_in(ix) & out for a in accesses(comp.update) for ix in a.indices)
-
-
-def _names_in(e: sx.Expr) -> set[str]:
-    if isinstance(e, sx.Name):
-        return {e.id}
-    if isinstance(e, sx.BinOp):
-        return _names_in(e.lhs) | _names_in(e.rhs)
-    if isinstance(e, sx.Neg):
-        return _names_in(e.x)
-    return set()
+    return any(names_in(ix) & summed and names_in(ix) & out for a in accesses(comp.update) for ix in a.indices)
 
 
 def ungroup(comp: Comp, program) -> tuple[Comp, int]:
