@@ -24,7 +24,7 @@ CASES = {  # name: (dtype, N, C, H, W, K, init)
     "two_groups": ("bf16", 2, 130, 6, 5, 64, "bias[k]"),
     "four_groups": ("f32", 1, 20, 8, 3, 32, "bias[k]"),
     "k_tiles": ("f16", 1, 12, 3, 4, 160, "bias[k]"),
-    "bands_no_bias": ("f32", 1, 8, 40, 64, 40, "0"),
+    "bands_no_bias": ("f32", 2, 8, 40, 64, 40, "0"),
     "tap_bias_odd_batch": ("bf16", 3, 16, 4, 6, 32, "bias[k, a, b]"),
 }
 
