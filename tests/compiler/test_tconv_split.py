@@ -84,21 +84,22 @@ kernel tc(X: bf16[C, H, W], Wt: bf16[C, K, 2, 2]) -> Y
     assert_matches(prog, "Y", np.asarray(out["Y"], np.float32), _reference(a)[0])
 
 
-def test_a_padded_kernel_4_is_a_located_refusal_naming_the_compiled_form() -> None:
-    """DCGAN's 4x4 stride 2 padding 1 in its phase form: output (2y + a, 2x + b) sums taps (2t + 1 - a, 2u + 1 - b)
-    of input (y + a - t, x + b - u). Not compiled yet: the refusal says what it is and which form compiles."""
+def test_a_phase_form_without_one_tap_per_offset_is_a_located_refusal() -> None:
+    """`Wt[c, k, t + a, u + b]` with input (y + a - t, x + b - u): at input offset 0 phase 0 reads tap 0 and phase 1
+    tap 2, not one shift of the phase, so tconv_pad.py leaves it; the refusal names the transposed conv and the
+    forms that compile."""
     from tilec.errors import TilecError
     text = """\
-kernel dc(X: f32[N, C, H, W], Wt: f32[C, K, 4, 4], bias: f32[K]) -> Y
+kernel dc(X: f32[N, C, H, W], Wt: f32[C, K, 3, 3]) -> Y
   default N = 1, C = 16, H = 4, W = 4, K = 8
   Y: f32[N, K, 2 * H, 2 * W]
   for n in 0..N, k in 0..K, y in 0..H, a in 0..2, x in 0..W, b in 0..2:
-    Y[n, k, 2 * y + a, 2 * x + b] = bias[k]
+    Y[n, k, 2 * y + a, 2 * x + b] = 0
     for c in 0..C, t in 0..2, u in 0..2:
-      Y[n, k, 2 * y + a, 2 * x + b] += (X[n, c, y + a - t, x + b - u] ?? 0) * Wt[c, k, 2 * t + 1 - a, 2 * u + 1 - b]
+      Y[n, k, 2 * y + a, 2 * x + b] += (X[n, c, y + a - t, x + b - u] ?? 0) * Wt[c, k, t + a, u + b]
 """
     with pytest.raises(TilecError) as e:
         compile_loaded(lang.load(text))
     assert e.value.span is not None and e.value.span.line == 7
-    assert "transposed convolution whose kernel is larger than its stride" in str(e.value)
-    assert "Wt[c, k, a, b]" in (e.value.hint or "")
+    assert "transposed convolution in a form not compiled" in str(e.value)
+    assert "2 * t + 1 - a" in (e.value.hint or "")

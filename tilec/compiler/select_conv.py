@@ -171,13 +171,15 @@ def split_sign(comp: Comp) -> tuple[Comp, float]:
     return (comp, 1.0) if product == comp.update else (replace(comp, update=product), scale)
 
 
-TCONV_HINT = ("a transposed convolution of kernel 2 and stride 2 compiles: `Y[n, k, 2 * y + a, 2 * x + b] += "
-              "X[n, c, y, x] * Wt[c, k, a, b]` with a, b in 0..2 (docs/language.md)")
+TCONV_HINT = ("transposed convolutions of stride 2 compile as `Y[n, k, 2 * y + a, 2 * x + b] += X[n, c, y, x] * "
+              "Wt[c, k, a, b]` (kernel 2) and `.. += (X[n, c, y + a - t, x + b - u] ?? 0) * Wt[c, k, 2 * t + 1 - a, "
+              "2 * u + 1 - b]` (kernel 4, padding 1), a, b, t, u in 0..2 (docs/language.md)")
 
 
 def _strided_store(comp: Comp, pos: list[int], program) -> bool:
     """Two or more store indices of the form `s * y + a` (s > 1) while the reads use a summed variable together with
-    an output variable in one index (`X[n, c, y + a - t, ..]`): the phase form of a padded transposed conv."""
+    an output variable in one index (`X[n, c, y + a - t, ..]`): the phase form of a transposed conv that
+    tconv_pad.py could not rewrite."""
     names = {v for v, _ in comp.extents}
     if len(pos) < 2 or comp.update is None:
         return False
@@ -207,8 +209,8 @@ def ungroup(comp: Comp, program) -> tuple[Comp, int]:
         e = comp.out_index[pos[0]] if pos else comp.span
         if _strided_store(comp, pos, program):
             raise reject(comp, f"{comp.target}'s store `{fmt_expr(comp.out_index[pos[0]])}` with a summed tap is a "
-                               "transposed convolution whose kernel is larger than its stride (padding): not "
-                               "compiled yet", getattr(e, "span", comp.span), TCONV_HINT)
+                               "transposed convolution in a form not compiled: each output phase must read one "
+                               "tap per input offset", getattr(e, "span", comp.span), TCONV_HINT)
         raise reject(comp, f"the compiler needs each index of {comp.target} to be a plain loop variable, or one "
                            "merged channel index of a grouped convolution", getattr(e, "span", comp.span), hint)
     names = {v for v, _ in comp.extents}
