@@ -46,3 +46,13 @@ def test_matches_numpy(case: str) -> None:
     text = TEXT.format(d=d, R=R, N=n, C=c, H=h, W=w, K=k, w=W4 if R == 4 else W3)
     prog, out, a = run_in_own_dtypes(text, 7)
     assert_matches(prog, "Y", np.asarray(out["Y"], np.float32), _reference(a, R))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_built_on_chip(case: str) -> None:
+    """build_tconv fuses the rewrite's parts: no tap matrix, padded copy or sum goes through HBM."""
+    from tilec.compiler.api import compile_loaded
+    from tilec.lang import api as lang
+    d, R, n, c, h, w, k = CASES[case]
+    source = compile_loaded(lang.load(TEXT.format(d=d, R=R, N=n, C=c, H=h, W=w, K=k, w=W4 if R == 4 else W3))).source
+    assert "buffer=nl.hbm" not in source

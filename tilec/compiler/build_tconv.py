@@ -22,6 +22,7 @@ image's store goes on its own engine's DMA queue. On the model (bf16 U-Net b8, p
 iteration 23.0 us, pairs 17.2 (with the input bands and PSUM tiles declared before the loops, below)."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable, cast
 
@@ -50,6 +51,10 @@ class Found:
     bias: str | None  # the bias tensor read: [K, A, B], or [K] when shared by the taps
     shared: bool  # the bias is one column for every tap (the widening op folded in)
     covers: frozenset[int]  # the op indices built
+    kernel: tuple[int, int] = (0, 0)  # Wt's taps (R, Q) when not one per phase (build_tconv_pad.py); (0, 0): (A, B)
+    # (kr, kq, d, e) per term: phase (a, b) adds tap (a + kr, b + kq) of input pixel (y + d, x + e), when the tap is
+    # inside Wt (a padded transposed conv, build_tconv_pad.py); kernel 2: the one term (0, 0, 0, 0)
+    terms: tuple[tuple[int, int, int, int], ...] = ((0, 0, 0, 0),)
 
 
 def find(ops: tuple, i: int, hbm: dict, keep: Callable[[range], set], scheduled) -> Found | None:
@@ -67,24 +72,13 @@ def find(ops: tuple, i: int, hbm: dict, keep: Callable[[range], set], scheduled)
     if j + 1 >= len(ops) or not isinstance(ops[j], ConvOp) or not isinstance(ops[j + 1], EltwiseOp):
         return None
     conv, copy = ops[j], ops[j + 1]
-    if conv.name in scheduled or copy.name in scheduled or conv.out in keep(range(i, j + 2)) or not _plain(conv):
+    if conv.name in scheduled or copy.name in scheduled or conv.out in keep(range(i, j + 2)) or not plain_1x1(conv):
         return None
     t = hbm[conv.out].shape
-    if not copy.copy or copy.inputs != (conv.out,) or len(t) not in (5, 6) or copy.out_index:
+    if len(t) not in (5, 6) or not permutes(copy, conv.out, hbm):
         return None
     kc, ta, tb, h, w = t[-5:]
-    order = [v for _, v in copy.vars]
-    src = copy.expr
-    if not isinstance(src, sx.Access) or not all(isinstance(ix, sx.Name) for ix in src.indices):
-        return None
-    names = [ix.id for ix in src.indices if isinstance(ix, sx.Name)]
-    lead = order[:len(order) - 5]
-    nk, y, ya, x, xb = order[len(order) - 5:]
-    if names != lead + [nk, ya, xb, y, x] or hbm[copy.out].shape != t[:-5] + (kc, h, ta, w, tb):
-        return None
-    if conv.dim("K") != kc * ta * tb or (conv.dim("H"), conv.dim("W")) != (h, w) or w > PSUM_COLS:
-        return None
-    if hbm[conv.x].dtype != hbm[conv.w].dtype or hbm[conv.w].shape[1:] != (kc, ta, tb):
+    if conv.dim("K") != kc * ta * tb or not fits(conv, hbm, (kc, ta, tb), (h, w)):
         return None
     if conv.bias and hbm[conv.bias].shape != (kc, ta, tb):
         return None
@@ -99,7 +93,28 @@ def _widening(op: EltwiseOp, hbm: dict) -> bool:
         and e.indices[0] == sx.Name(op.vars[0][1]) and hbm[e.tensor].shape == hbm[op.out].shape[:1]
 
 
-def _plain(op: ConvOp) -> bool:
+def permutes(copy: EltwiseOp, src: str, hbm: dict) -> bool:
+    """`copy` is `Y[.., k, y, a, x, b] = src[.., k, a, b, y, x]` (the depth-to-space permute into Y)."""
+    t = hbm[src].shape
+    e = copy.expr
+    if not copy.copy or copy.inputs != (src,) or copy.out_index or not isinstance(e, sx.Access) or \
+            not all(isinstance(ix, sx.Name) for ix in e.indices):
+        return False
+    names = [ix.id for ix in e.indices if isinstance(ix, sx.Name)]
+    order = [v for _, v in copy.vars]
+    lead = order[:len(order) - 5]
+    nk, y, ya, x, xb = order[len(order) - 5:]
+    kc, ta, tb, h, w = t[-5:]
+    return names == lead + [nk, ya, xb, y, x] and hbm[copy.out].shape == t[:-5] + (kc, h, ta, w, tb)
+
+
+def fits(conv: ConvOp, hbm: dict, w_taps: tuple, hw: tuple[int, int]) -> bool:
+    """The conv reads X of the permute's spatial size and Wt [C, K, R, Q] of X's dtype, rows of <= 512 pixels."""
+    return (conv.dim("H"), conv.dim("W")) == hw and hw[1] <= PSUM_COLS and \
+        hbm[conv.x].dtype == hbm[conv.w].dtype and hbm[conv.w].shape[1:] == w_taps
+
+
+def plain_1x1(op: ConvOp) -> bool:
     """A 1x1 contraction with nothing applied on its eviction but a per-row bias."""
     return (op.dim("R"), op.dim("S")) == (1, 1) and op.w_layout == "ck" and op.groups == 1 and not op.relu \
         and op.pool is None and not op.w_batch and not op.x_transposed and op.residual is None \
@@ -120,6 +135,9 @@ class _Shape:
     hb: int  # input rows per group in a band
     rc: int  # input rows per matmul (rc * W fp32 fit a PSUM bank)
     hoist: bool  # the taps' PSUM tiles allocated once before the loops (at most PSUM_HOIST of them)
+    R: int  # Wt's taps
+    Q: int
+    halo: tuple[int, int, int, int]  # zero rows above and below, columns left and right of an input band
 
 
 def _shape(f: Found, hbm: dict) -> _Shape:
@@ -131,11 +149,14 @@ def _shape(f: Found, hbm: dict) -> _Shape:
     size = ir.DTYPE_BYTES[hbm[f.copy.out].dtype]
     xsize = ir.DTYPE_BYTES[hbm[c.x].dtype]
     hg = H // G
-    hb = max(d for d in range(1, hg + 1) if hg % d == 0 and (d == 1 or (
-        d * A * W * B * size <= TILE_BYTES and G * d * W * xsize <= TILE_BYTES)))
+    ds, es = [t[2] for t in f.terms], [t[3] for t in f.terms]
+    halo = (max(0, -min(ds)), max(0, max(ds)), max(0, -min(es)), max(0, max(es)))
+    hb = hg if any(halo) else max(d for d in range(1, hg + 1) if hg % d == 0 and (d == 1 or (
+        d * A * W * B * size <= TILE_BYTES and G * d * W * xsize <= TILE_BYTES)))  # a halo: one band an image
     rc = max(d for d in range(1, hb + 1) if hb % d == 0 and d * W <= PSUM_COLS)
     hoist = A * B * (len(_tiles(K)) if G == 1 else 1) <= PSUM_HOIST
-    return _Shape(c.dim("N"), c.dim("C"), K, A, B, H, W, G, hb, rc, hoist)
+    R, Q = f.kernel if f.kernel != (0, 0) else f.taps
+    return _Shape(c.dim("N"), c.dim("C"), K, A, B, H, W, G, hb, rc, hoist, R, Q, halo)
 
 
 def _tiles(n: int) -> list[tuple[int, int]]:
@@ -149,7 +170,7 @@ def build(f: Found, hbm: dict, fresh: Callable[[str], str]) -> tuple[list, list]
     y_view = hbm[f.copy.out]
     x, w = hbm[c.x], hbm[c.w]
     stmts: list[Stmt] = []
-    wv = Buf(fresh(f"{w.name}_v"), "hbm", w.dtype, (s.C, s.K * s.A * s.B))
+    wv = Buf(fresh(f"{w.name}_v"), "hbm", w.dtype, (s.C, s.K * s.R * s.Q))
     stmts.append(Reshape(wv, w, line))
     taps = []
     for ct, (c0, cs) in enumerate(_tiles(s.C)):
@@ -178,12 +199,12 @@ def build(f: Found, hbm: dict, fresh: Callable[[str], str]) -> tuple[list, list]
 
 def _stationary(wv: Buf, c0: int, cs: int, s: _Shape, name: str, rows: str, line: int, out: list) -> Buf:
     """Wt's contraction rows [c0, c0 + cs) in SBUF as [cs, taps, K]: tap t's stationary is one contiguous run."""
-    raw = Buf(rows, "sbuf", wv.dtype, (cs, s.K * s.A * s.B))
-    taps = Buf(name, "sbuf", wv.dtype, (cs, s.A * s.B, s.K))
+    raw = Buf(rows, "sbuf", wv.dtype, (cs, s.K * s.R * s.Q))
+    taps = Buf(name, "sbuf", wv.dtype, (cs, s.R * s.Q, s.K))
     out += [Alloc(raw, line=line), Dma(ir.whole(raw), View(wv, (sl(c0, cs), full(wv.shape[1]))), line),
             Alloc(taps, line=line)]
-    for t in range(s.A * s.B):
-        out.append(ir.Copy(View(taps, (full(cs), aff(t), full(s.K))), View(raw, (full(cs), Sl(aff(t), s.K, s.A * s.B))),
+    for t in range(s.R * s.Q):
+        out.append(ir.Copy(View(taps, (full(cs), aff(t), full(s.K))), View(raw, (full(cs), Sl(aff(t), s.K, s.R * s.Q))),
                            line))
     return taps
 
@@ -216,11 +237,13 @@ def _bands(f: Found, s: _Shape, bufs: tuple, fresh, line: int, n: list, copy: st
     body: list[Stmt] = []
     allocs: list[Stmt] = []
     xt = []
+    top, bottom, left, right = s.halo  # zeros around the band (a padded conv: one band an image), never loaded
     for ct, (c0, cs) in enumerate(_tiles(s.C)):
-        xb = Buf(fresh(f"{x.name}_band{ct}{copy}"), "sbuf", x.dtype, (cs, s.G * s.hb, s.W))
-        allocs.append(Alloc(xb, line=line))
-        body += [Dma(ir.whole(xb), View(x, tuple(n) + (sl(c0, cs), Sl(rows0, s.G * s.hb),
-                                                                            full(s.W))), line)]
+        xb = Buf(fresh(f"{x.name}_band{ct}{copy}"), "sbuf", x.dtype,
+                 (cs, s.G * s.hb + top + bottom, s.W + left + right))
+        allocs.append(Alloc(xb, zero=any(s.halo), line=line))
+        inner = View(xb, (full(cs), sl(top, s.G * s.hb), sl(left, s.W)))
+        body.append(Dma(inner, View(x, tuple(n) + (sl(c0, cs), Sl(rows0, s.G * s.hb), full(s.W))), line))
         xt.append(xb)
     for kt, (k0, ks) in enumerate(_tiles(s.K) if s.G == 1 else [(0, s.K)]):
         tag = str(kt) if kt else ""
@@ -242,14 +265,19 @@ def _chunks(f: Found, s: _Shape, xt: list, yb: Buf, taps: list, bias: tuple | No
     (k0, ks), j = k, fresh("rows" + copy)
     parts = yb.shape[0]
     chunk: list[Stmt] = []
+    top, _, left, _ = s.halo
     for t in range(s.A * s.B):
         acc = _acc(f, s, parts, t, kt, fresh)
         chunk += [] if s.hoist else [Alloc(acc, line=line)]
+        a, b = divmod(t, s.B)
+        terms = [(a + kr, b + kq, d, e) for kr, kq, d, e in f.terms if 0 <= a + kr < s.R and 0 <= b + kq < s.Q]
         for g in range(s.G):
-            for ct, (_, cs) in enumerate(_tiles(s.C)):
-                moving = View(xt[ct], (full(cs), Sl(aff(term(j, s.rc), g * s.hb), s.rc), full(s.W)))
+            for n, ((r, q, d, e), (ct, (_, cs))) in enumerate(itertools.product(terms, enumerate(_tiles(s.C)))):
+                rows = Sl(aff(term(j, s.rc), g * s.hb + top + d), s.rc)
+                moving = View(xt[ct], (full(cs), rows, sl(left + e, s.W)))
                 chunk.append(Matmul(View(acc, (sl(g * ks, ks), full(s.rc), full(s.W))),
-                                    View(taps[ct], (full(cs), aff(t), sl(k0, ks))), moving, line, start=ct == 0))
+                                    View(taps[ct], (full(cs), aff(r * s.Q + q), sl(k0, ks))), moving, line,
+                                    start=n == 0))
         dst = View(yb, (full(parts), Sl(aff(term(j, s.rc)), s.rc), aff(t // s.B), full(s.W), aff(t % s.B)))
         col = None if bias is None else View(bias[0], (sl(0, parts), sl(kt * bias[1] + t % bias[1], 1)))
         chunk.append(_evict(dst, ir.whole(acc), col, {"": t, "_even": 0}.get(copy, 1), line))

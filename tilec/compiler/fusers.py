@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
-from tilec.compiler import build_attention, build_mbblock, build_mlp, build_psumrow, build_tconv, ir, passes, placement
+from tilec.compiler import (build_attention, build_mbblock, build_mlp, build_psumrow, build_tconv, build_tconv_pad, ir,
+                            passes, placement)
 from tilec.compiler.build_colchain import build_column_chain, psum_fits, stage_b
 from tilec.compiler.build_halo import build_halo, shifted_group
 from tilec.compiler.build_rowchain import fit_chain, reads_of
@@ -179,7 +180,9 @@ def _mobilenet_block(s: Site, i: int) -> Fused | None:
 
 def _tconv(s: Site, i: int) -> Fused | None:
     """A transposed conv's matmul and permute with the result kept on chip (build_tconv.py)."""
-    found = build_tconv.find(s.ops, i, s.hbm, lambda span: _keep(s, span), s.scheduled) if s.budget else None
+    keep = lambda span: _keep(s, span)  # noqa: E731
+    found = (build_tconv.find(s.ops, i, s.hbm, keep, s.scheduled) or
+             build_tconv_pad.find_padded(s.ops, i, s.hbm, keep, s.scheduled)) if s.budget else None
     if found is None:
         return None
     out = found.copy.out
