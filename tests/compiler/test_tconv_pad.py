@@ -8,18 +8,19 @@ import numpy as np
 import pytest
 
 from compiler_helpers import assert_matches, run_in_own_dtypes
+from test_families_dtypes import tconv_padded  # the NumPy definition (ConvTranspose2d, stride 2, padding 1)
 
 TEXT = """\
-kernel dc(X: {d}[N, C, H, W], Wt: {d}[C, K, {R}, {R}], bias: {d}[K]) -> Y
+kernel dc(X: {d}[N, C, H, W], Wt: {d}[C, K, {R}, {R}], b: {d}[K]) -> Y
   default N = {N}, C = {C}, H = {H}, W = {W}, K = {K}
   Y: {d}[N, K, 2 * H, 2 * W]
-  for n in 0..N, k in 0..K, y in 0..H, a in 0..2, x in 0..W, b in 0..2:
-    Y[n, k, 2 * y + a, 2 * x + b] = bias[k]
+  for n in 0..N, k in 0..K, y in 0..H, i in 0..2, x in 0..W, j in 0..2:
+    Y[n, k, 2 * y + i, 2 * x + j] = b[k]
     for c in 0..C, t in 0..2, u in 0..2:
-      Y[n, k, 2 * y + a, 2 * x + b] += (X[n, c, y + a - t, x + b - u] ?? 0) * {w}
+      Y[n, k, 2 * y + i, 2 * x + j] += (X[n, c, y + i - t, x + j - u] ?? 0) * {w}
 """
-W4 = "Wt[c, k, 2 * t + 1 - a, 2 * u + 1 - b]"
-W3 = "(Wt[c, k, 2 * t + 1 - a, 2 * u + 1 - b] ?? 0)"  # tap 3 of phase 0 is outside a 3x3 kernel
+W4 = "Wt[c, k, 2 * t + 1 - i, 2 * u + 1 - j]"
+W3 = "(Wt[c, k, 2 * t + 1 - i, 2 * u + 1 - j] ?? 0)"  # tap 3 of phase 0 is outside a 3x3 kernel
 CASES = {  # name: (dtype, R, N, C, H, W, K)
     "k4_f32": ("f32", 4, 2, 130, 3, 4, 24),
     "k4_bf16": ("bf16", 4, 1, 40, 4, 5, 16),
@@ -28,24 +29,12 @@ CASES = {  # name: (dtype, R, N, C, H, W, K)
 }
 
 
-def _reference(a: dict, R: int) -> np.ndarray:
-    """torch.nn.ConvTranspose2d(C, K, R, stride=2, padding=1, output_padding=R % 2): input pixel (y, x) adds tap
-    (r, q) times it at output (2y + r - 1, 2x + q - 1); the output is 2H x 2W."""
-    X, W = a["X"], a["Wt"]
-    n, _, h, w = X.shape
-    full = np.zeros((n, W.shape[1], 2 * h + R, 2 * w + R))
-    for r in range(R):
-        for q in range(R):
-            full[:, :, r:r + 2 * h:2, q:q + 2 * w:2] += np.einsum("ncyx,ck->nkyx", X, W[:, :, r, q])
-    return full[:, :, 1:1 + 2 * h, 1:1 + 2 * w] + a["bias"][None, :, None, None]
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_matches_numpy(case: str) -> None:
     d, R, n, c, h, w, k = CASES[case]
     text = TEXT.format(d=d, R=R, N=n, C=c, H=h, W=w, K=k, w=W4 if R == 4 else W3)
     prog, out, a = run_in_own_dtypes(text, 7)
-    assert_matches(prog, "Y", np.asarray(out["Y"], np.float32), _reference(a, R))
+    assert_matches(prog, "Y", np.asarray(out["Y"], np.float32), tconv_padded(a, R))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
