@@ -103,6 +103,8 @@ FAMILIES = (
     Family("pad1.tl", "padded copy 56x56 -> 58x58", dict(C=4, H=6, W=5)),
     Family("upsample2x.tl", "nearest upsample 2x", dict(C=4, H=3, W=4)),
     Family("upconv2x2.tl", "U-Net up-conv 2x2 s2 (transposed)", dict(C=8, K=4, H=3, W=4)),
+    Family("dcgan_up4x4.tl", "DCGAN up-conv 4x4 s2 pad 1 (transposed)", dict(C=8, K=4, H=3, W=4)),
+    Family("upconv3x3s2.tl", "up-conv 3x3 s2 pad 1 out-pad 1 (transposed)", dict(C=8, K=4, H=3, W=4)),
     Family("concat.tl", "channel concat", dict(C1=4, C2=2, H=3, W=4)),
     Family("heads_permute.tl", "permute [S, N, H, D] -> [N, H, S, D]", dict(S=6, H=3, D=5)),
     Family("global_avgpool.tl", "global average pool 7x7", dict(C=8)),

@@ -81,6 +81,8 @@ CASES: dict[str, tuple[dict[str, int], Formula]] = {
     "pad1": (dict(N=2, C=160, H=14, W=13), lambda a, q: {"P": pad(a["X"], 1)}),
     "upsample2x": (dict(N=2, C=160, H=9, W=11), lambda a, q: {"Y": a["X"].repeat(2, axis=2).repeat(2, axis=3)}),
     "upconv2x2": (dict(N=2, C=136, K=40, H=5, W=7), lambda a, q: {"Y": upconv2x2(a)}),
+    "dcgan_up4x4": (dict(N=2, C=136, K=24, H=4, W=5), lambda a, q: {"Y": tconv_padded(a, 4)}),
+    "upconv3x3s2": (dict(N=2, C=136, K=64, H=4, W=5), lambda a, q: {"Y": tconv_padded(a, 3)}),
     "concat": (dict(N=2, C1=160, C2=40, H=7, W=9), lambda a, q: {"Y": np.concatenate([a["A"], a["B"]], axis=1)}),
     "heads_permute": (dict(S=200, N=2, H=3, D=40), lambda a, q: {"Y": a["X"].transpose(1, 2, 0, 3)}),
     "global_avgpool": (dict(N=2, C=300), lambda a, q: {"Y": q(a["X"].sum(axis=(2, 3))) / 49}),
@@ -118,6 +120,19 @@ def upconv2x2(a: Arrays) -> np.ndarray:
     t = np.einsum("nchw,ckij->nkhiwj", a["X"], a["Wt"]) + a["b"][None, :, None, None, None, None]
     n, k, h, _, w, _ = t.shape
     return t.reshape(n, k, 2 * h, 2 * w)
+
+
+def tconv_padded(a: Arrays, R: int) -> np.ndarray:
+    """ConvTranspose2d(C, K, R, stride=2, padding=1, output_padding=R % 2) [+ bias]: input pixel (h, w) adds tap
+    (r, q) times it at output (2h + r - 1, 2w + q - 1); the output is 2H x 2W."""
+    X, W = a["X"], a["Wt"]
+    n, _, h, w = X.shape
+    full = np.zeros((n, W.shape[1], 2 * h + R, 2 * w + R))
+    for r in range(R):
+        for q in range(R):
+            full[:, :, r:r + 2 * h:2, q:q + 2 * w:2] += np.einsum("nchw,ck->nkhw", X, W[:, :, r, q])
+    out = full[:, :, 1:1 + 2 * h, 1:1 + 2 * w]
+    return out + a["b"][None, :, None, None] if "b" in a else out
 
 
 def first(x: np.ndarray) -> np.ndarray:

@@ -58,11 +58,14 @@ def test_transposed_conv_matches_numpy(spelling: str, dtype: str) -> None:
 
 
 def test_the_spellings_are_one_kernel() -> None:
-    """One matmul over [C, K*2*2] stationary rows (no per-tap strided stores) and one permute, whichever spelling."""
+    """One kernel whichever spelling: a matmul per tap and contraction tile (4 taps x 2 tiles of C = 130, for each of
+    the two images of a pair, N = 2) evicted into Y's layout in SBUF (build_tconv.py), no HBM temporary between the
+    matmul and the permute."""
     kernels = {s: compile_loaded(lang.load((HEAD + t).format(d="f32"))).source for s, t in SPELLINGS.items()}
     calls = {s: re.findall(r"\b(?:nisa|nl)\.\w+", k) for s, k in kernels.items()}  # (loop names differ: y_q, y)
     assert calls["floor"] == calls["strided"] == calls["view"]
-    assert kernels["floor"].count("nc_matmul(") == 1
+    assert kernels["floor"].count("nc_matmul(") == 16
+    assert "Y_t = nl.ndarray" not in kernels["floor"]
 
 
 def test_without_a_batch_the_weights_are_still_the_stationary() -> None:
@@ -79,3 +82,24 @@ kernel tc(X: bf16[C, H, W], Wt: bf16[C, K, 2, 2]) -> Y
     prog, out, a = run_in_own_dtypes(text, 5)
     a = {"X": a["X"][None], "Wt": a["Wt"], "bias": np.zeros(48)}
     assert_matches(prog, "Y", np.asarray(out["Y"], np.float32), _reference(a)[0])
+
+
+def test_a_phase_form_without_one_tap_per_offset_is_a_located_refusal() -> None:
+    """`Wt[c, k, t + a, u + b]` with input (y + a - t, x + b - u): at input offset 0 phase 0 reads tap 0 and phase 1
+    tap 2, not one shift of the phase, so tconv_pad.py leaves it; the refusal names the transposed conv and the
+    forms that compile."""
+    from tilec.errors import TilecError
+    text = """\
+kernel dc(X: f32[N, C, H, W], Wt: f32[C, K, 3, 3]) -> Y
+  default N = 1, C = 16, H = 4, W = 4, K = 8
+  Y: f32[N, K, 2 * H, 2 * W]
+  for n in 0..N, k in 0..K, y in 0..H, a in 0..2, x in 0..W, b in 0..2:
+    Y[n, k, 2 * y + a, 2 * x + b] = 0
+    for c in 0..C, t in 0..2, u in 0..2:
+      Y[n, k, 2 * y + a, 2 * x + b] += (X[n, c, y + a - t, x + b - u] ?? 0) * Wt[c, k, t + a, u + b]
+"""
+    with pytest.raises(TilecError) as e:
+        compile_loaded(lang.load(text))
+    assert e.value.span is not None and e.value.span.line == 7
+    assert "transposed convolution in a form not compiled" in str(e.value)
+    assert "2 * t + 1 - a" in (e.value.hint or "")

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
-from tilec.compiler import build_attention, build_mbblock, build_mlp, build_psumrow, ir, passes, placement
+from tilec.compiler import (build_attention, build_mbblock, build_mlp, build_psumrow, build_tconv, build_tconv_pad, ir,
+                            passes, placement)
 from tilec.compiler.build_colchain import build_column_chain, psum_fits, stage_b
 from tilec.compiler.build_halo import build_halo, shifted_group
 from tilec.compiler.build_rowchain import fit_chain, reads_of
@@ -187,6 +188,20 @@ def _mobilenet_block(s: Site, i: int) -> Fused | None:
     return Fused("MobileNet block", {last}, block, last, frozenset({i, i + 1, i + 2}), [o.name for o in s.ops[i:i + 3]])
 
 
+def _tconv(s: Site, i: int) -> Fused | None:
+    """A transposed conv's matmul and permute with the result kept on chip (build_tconv.py)."""
+    keep = lambda span: _keep(s, span)  # noqa: E731
+    found = (build_tconv.find(s.ops, i, s.hbm, keep, s.scheduled) or
+             build_tconv_pad.find_padded(s.ops, i, s.hbm, keep, s.scheduled)) if s.budget else None
+    if found is None:
+        return None
+    out = found.copy.out
+    built = build_tconv.build(found, s.hbm, s.fresh_op(found.copy))
+    if passes.peak_usage(tuple(built[1]))[0] > s.budget:
+        return None
+    return Fused("transposed conv", {out}, built, out, found.covers, [s.ops[j].name for j in sorted(found.covers)])
+
+
 def chain_note(part: Chain, ops: tuple, program, target: Target) -> str:
     """The schedule's line for a fused part (`tilec explain`), by the kind its fuser gave it."""
     kind, chain = part.kind, list(part.members)
@@ -204,6 +219,9 @@ def chain_note(part: Chain, ops: tuple, program, target: Target) -> str:
     if kind == "column chain":
         return f"# fused column chain {', '.join(chain)}: blocks of columns of every row kept in SBUF, the source " \
             "read once (build_colchain.py; a directive on one builds them apart)"
+    if kind == "transposed conv":
+        return f"# fused transposed conv {', '.join(chain)}: a matmul per tap evicted into Y's layout in SBUF, " \
+            "stored once (build_tconv.py; a directive on one builds them apart)"
     if kind == "row in PSUM":
         return f"# {chain[0]}: its broadcast row kept in PSUM, read there by VectorE's products (build_psumrow.py)"
     if kind == "halo tiles":
@@ -215,7 +233,7 @@ def chain_note(part: Chain, ops: tuple, program, target: Target) -> str:
 
 
 FUSERS: tuple[Callable[[Site, int], Fused | None], ...] = (
-    _global, _attention, _mlp, _halo, _column_chain, _row_chain, _psum_row, _mobilenet_block)
+    _global, _attention, _mlp, _halo, _column_chain, _row_chain, _psum_row, _mobilenet_block, _tconv)
 
 
 def fuse(s: Site, i: int) -> Fused | None:

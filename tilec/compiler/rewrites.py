@@ -26,12 +26,14 @@ from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_
 from tilec.compiler.scale_split import split_column_scales
 from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.sum_split import split_summed_products
+from tilec.compiler.tconv_pad import split_padded_tconvs
 from tilec.compiler.tconv_split import split_floor_loops, split_transposed_convs
 from tilec.compiler.view_split import split_merged_dims
 from tilec.compiler.rewrite_names import check, follow, moved_sums
 from tilec.lang import syntax as sx
 
 REWRITES = (
+    split_padded_tconvs,  # `Y[n, k, 2*y + a, ..] += (X[n, c, y + a - t, ..] ?? 0) * Wt[c, k, 2*t + 1 - a, ..]` (tconv_pad)
     split_floor_loops,  # `X[n, c, y / 2, x / 2] * Wt[c, k, y % 2, x % 2]`: y as 2 * y_q + y_r (tconv_split.py)
     split_merged_dims,  # `Y[n, c * G + g] = X[n, g * Cg + c]`: views [.., Cg, G, ..] (view_split.py)
     split_transposed_convs,  # `Y[n, k, y, a, x, b] += X * Wt[c, k, a, b]`: T[n, k, a, b, y, x] first (same)

@@ -14,7 +14,7 @@ from tilec.compiler.lower import Comp, affine_index, size_value
 from tilec.compiler.schedule import PMAX
 from tilec.compiler.ops import SUPPORTED, ConvOp, Op, index_maps, plain, reads, reject
 from tilec.compiler.select_pool import select_pool
-from tilec.compiler.tconv_split import trailing_outputs
+from tilec.compiler.tconv_split import names_in, trailing_outputs
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -171,6 +171,30 @@ def split_sign(comp: Comp) -> tuple[Comp, float]:
     return (comp, 1.0) if product == comp.update else (replace(comp, update=product), scale)
 
 
+TCONV_HINT = ("transposed convolutions of stride 2 compile as `Y[n, k, 2 * y + a, 2 * x + b] += X[n, c, y, x] * "
+              "Wt[c, k, a, b]` (kernel 2) and `.. += (X[n, c, y + a - t, x + b - u] ?? 0) * Wt[c, k, 2 * t + 1 - a, "
+              "2 * u + 1 - b]` (kernel 4, padding 1), a, b, t, u in 0..2 (docs/language.md)")
+
+
+def _strided_store(comp: Comp, pos: list[int], program) -> bool:
+    """Two or more store indices of the form `s * y + a` (s > 1) while the reads use a summed variable together with
+    an output variable in one index (`X[n, c, y + a - t, ..]`): the phase form of a transposed conv that
+    tconv_pad.py could not rewrite."""
+    names = {v for v, _ in comp.extents}
+    if len(pos) < 2 or comp.update is None:
+        return False
+    for i in pos:
+        try:
+            coefs, _ = affine_index(comp.out_index[i], names, program.sizes)
+        except TilecError:
+            return False
+        if len(coefs) != 2 or max(coefs.values()) < 2:
+            return False
+    summed = names - set(comp.out_vars)
+    out = set(comp.out_vars)
+    return any(names_in(ix) & summed and names_in(ix) & out for a in accesses(comp.update) for ix in a.indices)
+
+
 def ungroup(comp: Comp, program) -> tuple[Comp, int]:
     """A grouped convolution `Y[n, g*Kg + k, ..] += X[n, g*Cg + c, ..] * W[g*Kg + k, c, ..]` as one contraction of
     all G*Cg input channels into all G*Kg output channels: the merged indices become the plain variables k (now
@@ -183,6 +207,10 @@ def ungroup(comp: Comp, program) -> tuple[Comp, int]:
     if comp.red_op != "+=" or len(pos) != 1 or not (isinstance(update, sx.BinOp) and update.op == "*"
                                                      and len(accesses(update)) == 2):
         e = comp.out_index[pos[0]] if pos else comp.span
+        if _strided_store(comp, pos, program):
+            raise reject(comp, f"{comp.target}'s store `{fmt_expr(comp.out_index[pos[0]])}` with a summed tap is a "
+                               "transposed convolution in a form not compiled: each output phase must read one "
+                               "tap per input offset", getattr(e, "span", comp.span), TCONV_HINT)
         raise reject(comp, f"the compiler needs each index of {comp.target} to be a plain loop variable, or one "
                            "merged channel index of a grouped convolution", getattr(e, "span", comp.span), hint)
     names = {v for v, _ in comp.extents}

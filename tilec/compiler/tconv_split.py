@@ -78,7 +78,7 @@ def _divisor(program, lp: sx.Loop) -> int | None:
 
 
 def _plain_or_absent(ix: sx.Expr, var: str) -> bool:
-    return isinstance(ix, sx.Name) or var not in _names(ix)
+    return isinstance(ix, sx.Name) or var not in names_in(ix)
 
 
 def _divided(e: sx.Expr, var: str, found: set[int]) -> bool:
@@ -93,20 +93,21 @@ def _divided(e: sx.Expr, var: str, found: set[int]) -> bool:
         return _divided(e.lhs, var, found) and _divided(e.rhs, var, found)
     if isinstance(e, sx.Neg):
         return _divided(e.x, var, found)
-    return var not in _names(e)
+    return var not in names_in(e)
 
 
-def _names(e: sx.Expr) -> set[str]:
+def names_in(e: sx.Expr) -> set[str]:
+    """The names an expression uses (loop variables, sizes), through indices, calls and operators."""
     if isinstance(e, sx.Name):
         return {e.id}
     if isinstance(e, sx.BinOp):
-        return _names(e.lhs) | _names(e.rhs)
+        return names_in(e.lhs) | names_in(e.rhs)
     if isinstance(e, sx.Neg):
-        return _names(e.x)
+        return names_in(e.x)
     if isinstance(e, sx.Call):
-        return set().union(*map(_names, e.args)) if e.args else set()
+        return set().union(*map(names_in, e.args)) if e.args else set()
     if isinstance(e, sx.Access):
-        return set().union(*map(_names, e.indices)) if e.indices else set()
+        return set().union(*map(names_in, e.indices)) if e.indices else set()
     return set()
 
 
@@ -198,7 +199,7 @@ def _conv_nest(program, top: sx.Stmt):
 def _start_ok(start: sx.Expr, tail: list[str]) -> bool:
     """The init is a constant or a read of plain variables among the merged rows (a per-channel bias)."""
     if not isinstance(start, sx.Access):
-        return not _names(start) and not accesses(start)
+        return not names_in(start) and not accesses(start)
     names = [ix.id for ix in start.indices if isinstance(ix, sx.Name)]
     return start.fill is None and len(names) == len(start.indices) and set(names) <= set(tail) and \
         names == [v for v in tail if v in names]
