@@ -86,7 +86,7 @@ def instance_norm_relu(a):
     return {"Y": np.maximum(y, 0)}
 
 
-def conv1d_stride2(a):
+def audio_conv1d_s2(a):
     x, w = a["X"], a["Wt"]
     t = (x.shape[2] - 1) // 2
     taps = np.stack([x[:, :, r:r + 2 * t:2] for r in range(3)], axis=-1)  # [N, C, T, 3]

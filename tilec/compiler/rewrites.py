@@ -23,6 +23,7 @@ from tilec.compiler.permute_split import (split_permuted_eltwise, split_reshape_
                                           split_transposed_reads)
 from tilec.compiler.packed_rows import split_short_rows
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
+from tilec.compiler.scalar_split import split_scalar_reads
 from tilec.compiler.scale_split import split_column_scales
 from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.sum_split import split_summed_products
@@ -52,6 +53,7 @@ REWRITES = (
     split_conv_layouts,  # HWIO weights, NHWC tensors: permuted in their own statements (lang_split)
     split_modulo_reads,  # `X[i % 4, j]`: one copy per repeat into a temporary (lang_split)
     split_self_products,  # `G += A[i, k] * A[j, k]`: the second read of a copy (lang_split)
+    split_scalar_reads,  # `Y[i, j] = X[i, j] * gam[0]`: gam[0] as a column gam_0[i, 0] first (scalar_split.py)
     split_mixed_broadcasts,  # `(X - mu[n, k]) * g[k]`: g widened to [n, k] first (lang_split)
     split_padded_reads,  # padded reads in element-wise statements: copied first (pad_split.py)
     split_total_reductions,  # `s[0] += X[i, j]`: rows to a column, then one row (reduce_split.py)
