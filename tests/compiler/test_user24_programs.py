@@ -53,3 +53,33 @@ def test_program_is_refused_at_its_line_with_a_hint(name):
     with pytest.raises(TilecError) as err:
         compile_loaded(lang.load((FOLDER / f"{name}.tl").read_text()))
     assert err.value.span is not None and err.value.span.line == REFUSED[name] and err.value.hint
+
+
+def test_nhwc_channel_shuffle_is_interleaved_on_chip():
+    """[n, h, w, g, c] -> [n, h, w, c, g] is one swap of runs, but as such it is a 4 x 16 transpose per pixel (at
+    8 x 28 x 28 x 4 x 64: 6272 of them, 190x the floor on the model); the on-chip interleave loads whole pixels'
+    channels and reorders them with engine copies (permute_onchip.chosen's one-step margin)."""
+    source = compile_loaded(lang.load((FOLDER / "channel_shuffle_nhwc.tl").read_text())).source
+    assert "nc_transpose" not in source and "tensor_copy" in source
+
+
+def test_a_total_reduction_in_a_unit_loop_is_the_same_as_at_index_0():
+    """`for z in 0..1: L[z] = 0; for i: L[z] += r[i]` (huber_mean's last nest) is split as `L[0]` is; z read by
+    the value keeps the nest as written (refused with its hint)."""
+    from tilec.compiler.reduce_split import split_total_reductions
+
+    prog = lang.load((FOLDER / "huber_mean.tl").read_text())
+    assert split_total_reductions(prog) is not prog
+    read = (FOLDER / "huber_mean.tl").read_text().replace("r[i] / (M * N)", "r[i + z] / (M * N)")
+    kept = lang.load(read)
+    assert split_total_reductions(kept) is kept
+
+
+def test_a_vectors_element_becomes_a_column_along_the_first_index():
+    """ECA's `k[0] * (p[n, c - 1] ?? 0) + k[1] * p[n, c] + ..`: k broadcast along n once (k_b [N, 3]), then one
+    [N, 1] column per constant (k_0, k_1, k_2) read at [n, 0]."""
+    from tilec.compiler.scalar_split import split_scalar_reads
+
+    prog = split_scalar_reads(lang.load((FOLDER / "eca_block.tl").read_text()))
+    temps = {name: t.shape for name, t in prog.tensors.items() if name.startswith("k_")}
+    assert temps == {"k_b": (2, 3), "k_0": (2, 1), "k_1": (2, 1), "k_2": (2, 1)}

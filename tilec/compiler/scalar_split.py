@@ -7,8 +7,8 @@ The element becomes a column along the statement's first index, made by rules th
     for i, z:  gam_0[i, z] = gam_b[i, 0 + z]   (its column at the constant: a shifted copy; skipped for a [1] vector)
     for i, j:  Y[i, j] = X[i, j] * gam_0[i, 0] (a column read: the broadcast rule; a dimension of 1 read at 0)
 
-Exact (copies in the vector's dtype). Cost: two small nests of (rows x the vector's length) elements; the vector
-of the constant's tensor is broadcast once per (tensor, row loop) and shared by its constants. Only 1-D vectors read
+Exact (copies in the vector's dtype). Cost: small nests of (rows x the vector's length) elements; the vector is
+broadcast once a statement and shared by its constants. Only 1-D vectors read
 with a number as their index, in statements whose first stored index is a loop variable from 0."""
 from __future__ import annotations
 
@@ -26,37 +26,39 @@ def split_scalar_reads(program):
     kernel = program.kernel
     taken = taken_names(kernel)
     decls: list[sx.Decl] = []
-    made: dict[tuple, sx.Access] = {}  # (tensor, constant or None, row loop) -> the read that replaces it
 
     def declare(base: str, dtype: str, shape: tuple[sx.Expr, ...], span) -> str:
         name = unique(base, taken)
         decls.append(sx.Decl(name, sx.TensorType(dtype, shape, span), span))
         return name
 
-    def column(acc: sx.Access, row: sx.Loop, pre: list[sx.Stmt]) -> sx.Access:
-        """The read of the column holding `acc`'s element on every row of `row` (its nests appended to pre)."""
+    def column(acc: sx.Access, row: sx.Loop, pre: list[sx.Stmt], made: dict) -> sx.Access:
+        """The read of the column holding `acc`'s element on every row of `row` (its nests appended to pre;
+        `made`: the statement's reads made so far, by (tensor, constant), and its broadcasts, by tensor)."""
         at = _number(acc.indices[0])
-        key = (acc.tensor, at, row.var, row.stop)
-        if key in made:
-            return made[key]
+        if (acc.tensor, at) in made:
+            return made[acc.tensor, at]
         info = program.tensors[acc.tensor]
         span = acc.span
-        vs = unique("u", taken | {row.var}), unique("z", taken | {row.var})
         r = sx.Name(row.var, span)
-        width = sx.Num(info.shape[0], span)
-        name = declare(f"{acc.tensor}_b", info.dtype, (row.stop, width), span)
-        fill = sx.Assign(sx.Access(name, (r, sx.Name(vs[0], span)), span), "=",
-                         sx.Access(acc.tensor, (sx.Name(vs[0], span),), span), span)
-        pre.append(nested(fill, [row, sx.Loop(vs[0], sx.Num(0, span), width, (), span)]))
+        if acc.tensor not in made:  # the vector broadcast along the rows, once a statement
+            u = unique("u", taken | {row.var})
+            width = sx.Num(info.shape[0], span)
+            name = declare(f"{acc.tensor}_b", info.dtype, (row.stop, width), span)
+            fill = sx.Assign(sx.Access(name, (r, sx.Name(u, span)), span), "=",
+                             sx.Access(acc.tensor, (sx.Name(u, span),), span), span)
+            pre.append(nested(fill, [row, sx.Loop(u, sx.Num(0, span), width, (), span)]))
+            made[acc.tensor] = sx.Access(name, (r,), span)
+        name = made[acc.tensor].tensor
         read = sx.Access(name, (r, sx.Num(at, span)), span)
         if info.shape[0] != 1:  # the constant's column, a dimension of 1 (read at 0 as a broadcast column)
             one = declare(f"{acc.tensor}_{at}", info.dtype, (row.stop, sx.Num(1, span)), span)
-            z = sx.Name(vs[1], span)
+            z = sx.Name(unique("z", taken | {row.var}), span)
             shifted = sx.Access(name, (r, sx.BinOp("+", read.indices[1], z, span)), span)
             copy = sx.Assign(sx.Access(one, (r, z), span), "=", shifted, span)
-            pre.append(nested(copy, [row, sx.Loop(vs[1], sx.Num(0, span), sx.Num(1, span), (), span)]))
+            pre.append(nested(copy, [row, sx.Loop(z.id, sx.Num(0, span), sx.Num(1, span), (), span)]))
             read = sx.Access(one, (r, sx.Num(0, span)), span)
-        made[key] = read
+        made[acc.tensor, at] = read
         return read
 
     def leaf(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
@@ -66,7 +68,8 @@ def split_scalar_reads(program):
         if st.op != "=" or not rows or not scalars:
             return [], st
         pre: list[sx.Stmt] = []
-        new: dict[int, sx.Expr] = {id(a): column(a, rows[0], pre) for a in scalars}
+        made: dict = {}
+        new: dict[int, sx.Expr] = {id(a): column(a, rows[0], pre, made) for a in scalars}
         return pre, replace(st, value=substituted(st.value, new))
 
     return rechecked(program, decls, hoisted(kernel.body, leaf))
