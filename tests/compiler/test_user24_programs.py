@@ -83,3 +83,17 @@ def test_a_vectors_element_becomes_a_column_along_the_first_index():
     prog = split_scalar_reads(lang.load((FOLDER / "eca_block.tl").read_text()))
     temps = {name: t.shape for name, t in prog.tensors.items() if name.startswith("k_")}
     assert temps == {"k_b": (2, 3), "k_0": (2, 1), "k_1": (2, 1), "k_2": (2, 1)}
+
+
+def test_swiglu_ffn_over_the_sbuf_budget_runs_each_op_in_its_own_scope():
+    """At D 768, H 2048 the three weights held whole (48 KiB a partition each) were 265 KiB of 192 live at once,
+    an SBUF overflow; each op's buffers now die at its end (op_scope.py, the last resort) and the FFN matches
+    NumPy (M 128 keeps the interpreter's run short; the realistic M 512 is gaps15's row)."""
+    prog = lang.load((FOLDER / "swiglu_ffn.tl").read_text(), {"M": 128, "D": 768, "H": 2048})
+    compiled = compile_loaded(prog)
+    assert "one op: its buffers die at its end" in compiled.source
+    rng = np.random.default_rng(5)
+    inputs = {t.name: rng.random(t.shape, dtype=np.float32) - np.float32(0.5) for t in prog.inputs}
+    out = compiled.run(**inputs)
+    want = FORMULAS["swiglu_ffn"]({k: np.asarray(v, np.float64) for k, v in inputs.items()})["Y"]
+    assert_matches(prog, "Y", out["Y"], want)

@@ -711,4 +711,5 @@ def _vector_times_matrix(comp: Comp, program, out_vars: list[str]) -> None:
                        "times a matrix): a matmul's stationary side needs one", vec.span,
                  f"give both a unit first dimension: `{vec.tensor}_1[z, {idx}] = {fmt_expr(vec)}` (z in 0..1), "
                  f"`{comp.target}_1[z, {outs}] += {vec.tensor}_1[z, {idx}] * ..`, then "
-                 f"`{comp.target}[{outs}] = {comp.target}_1[0, {outs}]`")
+                 f"`{comp.target}[{outs}] = {comp.target}_1[0, {outs}]`; with a batch, its indices come first in "
+                 "the output and both operands (for another output order, write it so, then permute it)")
