@@ -139,6 +139,11 @@ REALISTIC: dict[str, dict[str, int]] = {
     "mbconv_se": {"N": 8, "C": 40, "H": 28, "W": 28, "E": 240, "R": 10},
     "ws_conv1x1": {"N": 8, "C": 256, "H": 28, "W": 28, "K": 512},
     "depth_to_space_crd": {"N": 8, "C": 64, "H": 56, "W": 56},
+    # user24: refused before (a total in `for z in 0..1`, a vector's element `k[0]`): reduce_split, scalar_split
+    "ce_mean": {"M": 4096, "N": 1024},
+    "top1_accuracy": {"M": 4096, "N": 1024},
+    "huber_mean": {"M": 4096, "N": 1024},
+    "eca_block": {"N": 8, "C": 256, "H": 28, "W": 28},
 }
 
 
