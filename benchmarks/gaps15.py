@@ -144,6 +144,7 @@ REALISTIC: dict[str, dict[str, int]] = {
     "top1_accuracy": {"M": 4096, "N": 1024},
     "huber_mean": {"M": 4096, "N": 1024},
     "eca_block": {"N": 8, "C": 256, "H": 28, "W": 28},
+    "scalar_mix": {"L": 13, "T": 4096, "D": 768},  # (a vector times a matrix: matvec_split.split_vector_matrix)
 }
 
 

@@ -18,7 +18,7 @@ from user24_formulas import FORMULAS, INPUTS
 
 FOLDER = pathlib.Path(__file__).parents[1] / "programs" / "user24"
 REFUSED: dict[str, int] = {  # program -> the refused line
-    "gram_batch_mean": 8, "scalar_mix": 21, "spatial_attention": 18,
+    "gram_batch_mean": 8, "spatial_attention": 18,
 }
 PROGRAMS = sorted(p.stem for p in FOLDER.glob("*.tl"))
 

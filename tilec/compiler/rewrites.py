@@ -15,7 +15,7 @@ from tilec.compiler.heads_split import split_packed_heads
 from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
                                       split_mixed_broadcasts, split_modulo_reads, split_self_products)
-from tilec.compiler.matvec_split import split_batched_matvec
+from tilec.compiler.matvec_split import split_batched_matvec, split_vector_matrix
 from tilec.compiler.merge_split import merge_reduced_runs
 from tilec.compiler.operand_split import split_contraction_operands
 from tilec.compiler.pad_split import split_padded_reads
@@ -45,6 +45,7 @@ REWRITES = (
     split_row_column_terms,  # `Dm = aa[i] - 2 * ab[i, j] + bb[j]`: the terms in ab's matmul (distance_split)
     split_summed_products,  # `Y += A * B + C * D`: one contraction a term, each from the last (sum_split.py)
     split_batched_matvec,  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
+    split_vector_matrix,  # `Y[t, d] += w[l] * Hs[l, t, d]`: w as [1, L], Y as [1, T, D] (same)
     split_shifted_stores,  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)
     split_broadcast_inits,  # `P[h, i, j] = Mk[i, j]` before a sum: added after it (init_split.py)
     fold_value_sizes,  # `Y = S / (H * W)`: the sizes' constant folded into one number (lang_split)
