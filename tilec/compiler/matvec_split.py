@@ -34,15 +34,7 @@ from tilec.tolerance import rounded_operand
 
 
 def split_batched_matvec(program):
-    kernel = program.kernel
-    taken = taken_names(kernel)
-    decls: list[sx.Decl] = []
-    body: list[sx.Stmt] = []
-    for top in kernel.body:
-        found = _matvec(top, program)
-        if found is None:
-            body.append(top)
-            continue
+    def rewrite(found, taken: set[str], decls: list[sx.Decl]) -> list[sx.Stmt]:
         outer, init, k_loop, update, mat, vec, scale = found
         x_col = unique(f"{accesses(vec)[0].tensor}_col", taken)
         y_col = unique(f"{init.target.tensor}_col", taken | {x_col})
@@ -50,10 +42,23 @@ def split_batched_matvec(program):
         z = unique("z", {lp.var for lp in outer} | {k_loop.var} | taken)
         x_dtype = program.tensors[vec.tensor].dtype if isinstance(vec, sx.Access) else \
             _vector_dtype(update, mat, program)
+        assert x_dtype is not None  # (_matvec keeps only vectors with a dtype)
         x_shape = tuple(lp.stop for lp in outer[:-1]) + (k_loop.stop,)
         decls += [_column(x_col, x_dtype, x_shape, vec.span), _column(y_col, program.tensors[init.target.tensor].dtype,
                                                                       tuple(lp.stop for lp in outer), vec.span)]
-        body += _rewritten(outer, init, k_loop, update, (mat, vec, scale), x_col, y_col, z)
+        return _rewritten(outer, init, k_loop, update, (mat, vec, scale), x_col, y_col, z)
+    return _each_nest(program, lambda top: _matvec(top, program), rewrite)
+
+
+def _each_nest(program, find, rewrite):
+    """The program with each top-level nest `find` recognises replaced by `rewrite(found, taken names, decls)`'s
+    statements (the declarations it appends added); the same object when there is none."""
+    taken = taken_names(program.kernel)
+    decls: list[sx.Decl] = []
+    body: list[sx.Stmt] = []
+    for top in program.kernel.body:
+        found = find(top)
+        body += [top] if found is None else rewrite(found, taken, decls)
     return rechecked(program, decls, body)
 
 
@@ -163,15 +168,7 @@ def split_vector_matrix(program):
     Done for a top-level nest whose init is a constant, whose one summed loop k indexes the vector (`w[k]`, a plain
     read) and the matrix as its first index, then the output's indices in order; the same object when there is
     none."""
-    kernel = program.kernel
-    taken = taken_names(kernel)
-    decls: list[sx.Decl] = []
-    body: list[sx.Stmt] = []
-    for top in kernel.body:
-        found = _vector_matrix(top, program)
-        if found is None:
-            body.append(top)
-            continue
+    def rewrite(found, taken: set[str], decls: list[sx.Decl]) -> list[sx.Stmt]:
         outer, init, k_loop, update, vec, mat = found
         span = update.span
         w_row = unique(f"{vec.tensor}_row", taken)
@@ -187,11 +184,11 @@ def split_vector_matrix(program):
         y_z = replace(y, tensor=y_row, indices=(zn,) + y.indices)
         summed = replace(k_loop, body=(replace(update, target=y_z, value=sx.BinOp("*", w_z, mat, span)),))
         inner = replace(outer[-1], body=(replace(init, target=y_z), summed))
-        body += [nested(sx.Assign(w_z, "=", vec, span), [zloop, k_loop]),
-                 nested(inner, [zloop] + list(outer[:-1])),
-                 nested(sx.Assign(y, "=", replace(y, tensor=y_row, indices=(sx.Num(0, span),) + y.indices), span),
-                        outer)]
-    return rechecked(program, decls, body)
+        return [nested(sx.Assign(w_z, "=", vec, span), [zloop, k_loop]),
+                nested(inner, [zloop] + list(outer[:-1])),
+                nested(sx.Assign(y, "=", replace(y, tensor=y_row, indices=(sx.Num(0, span),) + y.indices), span),
+                       outer)]
+    return _each_nest(program, lambda top: _vector_matrix(top, program), rewrite)
 
 
 def _vector_matrix(top: sx.Stmt, program):
