@@ -32,6 +32,7 @@ from tilec.testing.oracle import Verdict, check_outputs, prepare  # noqa: E402
 FOLDER = ROOT / "tests" / "programs" / "gaps15"
 USER20 = ROOT / "tests" / "programs" / "user20"  # user20's survey (its test: tests/compiler/test_user20_programs.py)
 USER23 = ROOT / "tests" / "programs" / "user23"  # user23's survey (its test: tests/compiler/test_user23_programs.py)
+USER24 = ROOT / "tests" / "programs" / "user24"  # user24's survey (its test: tests/compiler/test_user24_programs.py)
 SLOW = 3.0
 MIN_US = 5.0  # below this the DMA fixed costs dominate any floor: tiny programs are not called slow
 
@@ -114,6 +115,36 @@ REALISTIC: dict[str, dict[str, int]] = {
     "normalize_rows": {"M": 4096, "D": 1024},
     "cosine_matrix": {"M": 4096, "N": 4096, "D": 128},  # (scale_split: the column factor scales B's rows)
     "alibi_pos": {"Hd": 8, "S": 1024, "D": 64},  # (an intermediate finished in place: inplace_split)
+    # user24 (tests/programs/user24/): the survey's programs at the sizes of the layers they come from
+    "swiglu_ffn": {"M": 512, "D": 768, "H": 2048},
+    "rmsnorm_linear": {"M": 2048, "D": 1024, "E": 1024},
+    "layernorm_qkv": {"M": 2048, "D": 768},
+    "embedding_bag": {"B": 512, "V": 4096, "D": 256},
+    "instance_norm_relu": {"N": 8, "C": 128, "H": 32, "W": 32},
+    "audio_conv1d_s2": {"N": 8, "C": 512, "T": 1024, "K": 512},
+    "causal_dwconv1d": {"N": 8, "C": 1536, "L": 1024},
+    "space_to_depth_nhwc": {"N": 8, "H": 56, "W": 56, "C": 64},
+    "separable_s2": {"N": 8, "C": 128, "H": 28, "W": 28, "K": 256},
+    "channel_shuffle_nhwc": {"N": 8, "H": 28, "W": 28, "G": 4, "Cg": 64},
+    "avgpool_conv1x1": {"N": 8, "C": 192, "H": 28, "W": 28, "K": 64},
+    "upsample_shifts": {"R": 8192, "W": 512},
+    "focal_loss": {"M": 4096, "N": 1024},
+    "dice_loss": {"M": 4096, "N": 1024},
+    "smoothed_kl": {"M": 4096, "N": 1024},
+    "mish_hswish": {"M": 4096, "N": 1024},
+    "weight_norm_linear": {"M": 2048, "D": 1024, "E": 1024},
+    "grn": {"N": 8, "H": 28, "W": 28, "C": 384},
+    "temporal_pool_fc": {"N": 32, "C": 512, "L": 1000, "K": 512},
+    "conformer_conv": {"N": 8, "C": 256, "L": 1024},
+    "mbconv_se": {"N": 8, "C": 40, "H": 28, "W": 28, "E": 240, "R": 10},
+    "ws_conv1x1": {"N": 8, "C": 256, "H": 28, "W": 28, "K": 512},
+    "depth_to_space_crd": {"N": 8, "C": 64, "H": 56, "W": 56},
+    # user24: refused before (a total in `for z in 0..1`, a vector's element `k[0]`): reduce_split, scalar_split
+    "ce_mean": {"M": 4096, "N": 1024},
+    "top1_accuracy": {"M": 4096, "N": 1024},
+    "huber_mean": {"M": 4096, "N": 1024},
+    "eca_block": {"N": 8, "C": 256, "H": 28, "W": 28},
+    "scalar_mix": {"L": 13, "T": 4096, "D": 768},  # (a vector times a matrix: matvec_split.split_vector_matrix)
 }
 
 
@@ -123,7 +154,8 @@ def realistic(names: list[str], target: str = "trn2") -> None:
         if names and name not in names and name.split("@")[0] not in names:
             continue
         path = FOLDER / f"{name.split('@')[0]}.tl"
-        path = path if path.exists() else USER20 / path.name if (USER20 / path.name).exists() else USER23 / path.name
+        path = path if path.exists() else next((d / path.name for d in (USER20, USER23) if (d / path.name).exists()),
+                                               USER24 / path.name)
         t0 = time.time()
         floor, bound = floor_us(lang.load(path, sizes), tgt)
         latency, startup = model_us(path, sizes, tgt)

@@ -116,7 +116,10 @@ def test_batch_indices_after_the_rows_in_the_output_are_a_batched_matmul_then_a_
     assert "conv P_c" in c.stages["select"]  # batch-first into P_c, then permuted into P
 
 
-def test_a_stationary_with_no_row_index_is_a_located_refusal_that_says_the_order():
+@pytest.mark.parametrize("dtype, nki", CASES)
+def test_a_vector_times_a_matrix_with_two_output_indices_matches_numpy(dtype, nki):
+    """`C[i, j] += A[k, i, j] * v[k]`: no operand has one output index, a refusal until user24's
+    matvec_split.split_vector_matrix (v and C with a unit first dimension: an M = 1 matmul)."""
     src = """\
 kernel weighted(A: f32[K, M, N], v: f32[K]) -> C
   default K = 8, M = 16, N = 16
@@ -126,8 +129,7 @@ kernel weighted(A: f32[K, M, N], v: f32[K]) -> C
     for k in 0..K:
       C[i, j] += A[k, i, j] * v[k]
 """
-    err = refusal(src)
-    assert "stationary" in err.message and "then permute it" in err.hint
+    check(src, dtype, nki, lambda a, q: {"C": np.einsum("kij,k->ij", a["A"], a["v"])})
 
 
 # ---- permutes of any rank (audit13: a 6-D permute was refused) -------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from dataclasses import replace
 
 import jinja2
 
@@ -17,10 +18,12 @@ from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Identi
                                Reshape, Scalar, Sl, Stmt, Transpose, View, window_axes)
 from tilec.compiler.named import show
 from tilec.compiler.names import sanitised, unique
+from tilec.compiler.psum_scope import scoped_psum
 from tilec.errors import InternalError
 from tilec.lang.functions import ACTIVATIONS, FUNCTIONS
 from tilec.compiler.wrap import wrap_text
 from tilec.resources import resource_dir
+from tilec.target import invariant
 
 TEMPLATES = resource_dir("templates")
 # the NKI API a kernel is written for: 0.6 (`import nki`, Neuron SDK 2.29+; today's SDK) or 0.1 (`neuronxcc.nki`,
@@ -88,6 +91,8 @@ def emit(k: Kernel, source: str, doc_lines: list[str], recompile: dict[str, str]
     if nki == "0.6":
         from tilec.compiler.codegen06 import ViewModel06
         model = ViewModel06
+    else:  # (the 0.1 interpreter frees top-level tiles when the kernel returns: psum_scope.py)
+        k = replace(k, body=scoped_psum(k.body, invariant("psum_banks")))
     vm = model(names, dict(k.consts))
     params = [names(p.name) for p in k.params]
     # the kernel is specialised to these shapes; other shapes would fail deep inside with out-of-bounds slices

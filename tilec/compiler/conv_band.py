@@ -64,6 +64,8 @@ def x_band(b: _ConvBuilder) -> list[Stmt]:
         alloc = (conv_halo.zeroed(b, xb, b.yb[1], b.yb[0] is None) if halo else None) or \
             [Alloc(xb, zero=halo, line=line)]
     spread = conv_spread.taps_plain(b, xb) if conv_spread.spreads_plain(b, b.KR) else []  # (stage 1: conv_spread)
+    if b.op.w_layout == "dw" and not b.band_shared:  # depthwise: the out-channel tile's own channels only (each
+        return alloc + body(b.kv, b.ks) + spread  # tile loaded all of them: Mamba's conv1d at C 1536, 9x the floor)
     return alloc + b.over_c(ct, body, line) + spread
 
 

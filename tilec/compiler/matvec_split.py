@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler.exprs import accesses, product_factors
+from tilec.compiler.exprs import accesses, const_value, product_factors
 from tilec.compiler.names import unique
 from tilec.compiler.operand_split import split_factor
 from tilec.compiler.rewrite import from_zero, nested, rechecked, taken_names
@@ -34,15 +34,7 @@ from tilec.tolerance import rounded_operand
 
 
 def split_batched_matvec(program):
-    kernel = program.kernel
-    taken = taken_names(kernel)
-    decls: list[sx.Decl] = []
-    body: list[sx.Stmt] = []
-    for top in kernel.body:
-        found = _matvec(top, program)
-        if found is None:
-            body.append(top)
-            continue
+    def rewrite(found, taken: set[str], decls: list[sx.Decl]) -> list[sx.Stmt]:
         outer, init, k_loop, update, mat, vec, scale = found
         x_col = unique(f"{accesses(vec)[0].tensor}_col", taken)
         y_col = unique(f"{init.target.tensor}_col", taken | {x_col})
@@ -50,10 +42,23 @@ def split_batched_matvec(program):
         z = unique("z", {lp.var for lp in outer} | {k_loop.var} | taken)
         x_dtype = program.tensors[vec.tensor].dtype if isinstance(vec, sx.Access) else \
             _vector_dtype(update, mat, program)
+        assert x_dtype is not None  # (_matvec keeps only vectors with a dtype)
         x_shape = tuple(lp.stop for lp in outer[:-1]) + (k_loop.stop,)
         decls += [_column(x_col, x_dtype, x_shape, vec.span), _column(y_col, program.tensors[init.target.tensor].dtype,
                                                                       tuple(lp.stop for lp in outer), vec.span)]
-        body += _rewritten(outer, init, k_loop, update, (mat, vec, scale), x_col, y_col, z)
+        return _rewritten(outer, init, k_loop, update, (mat, vec, scale), x_col, y_col, z)
+    return _each_nest(program, lambda top: _matvec(top, program), rewrite)
+
+
+def _each_nest(program, find, rewrite):
+    """The program with each top-level nest `find` recognises replaced by `rewrite(found, taken names, decls)`'s
+    statements (the declarations it appends added); the same object when there is none."""
+    taken = taken_names(program.kernel)
+    decls: list[sx.Decl] = []
+    body: list[sx.Stmt] = []
+    for top in program.kernel.body:
+        found = find(top)
+        body += [top] if found is None else rewrite(found, taken, decls)
     return rechecked(program, decls, body)
 
 
@@ -148,3 +153,62 @@ def _rewritten(outer, init, k_loop, update, product, x_col, y_col, z) -> list[sx
     copy_out = nested(sx.Assign(y, "=", replace(y, tensor=y_col, indices=y.indices + (sx.Num(0, span),)), span),
                       outer)
     return [copy_in, main, copy_out]
+
+
+def split_vector_matrix(program):
+    """A vector times a matrix with no batch and several output indices, `for t, d: Y[t, d] = 0; for l: Y[t, d] +=
+    w[l] * Hs[l, t, d]` (ELMo's scalar mix): the vector reads none of the output's indices and the matrix more than
+    one, so neither operand can be a matmul's stationary side (select_conv refuses it). With a unit first dimension
+    on the vector and the result it is an ordinary matmul (M = 1), the result copied back:
+
+        for z in 0..1, l:     w_row[z, l] = w[l]
+        for z in 0..1, t, d:  Y_row[z, t, d] = 0;  for l: Y_row[z, t, d] += w_row[z, l] * Hs[l, t, d]
+        for t, d:             Y[t, d] = Y_row[0, t, d]
+
+    Done for a top-level nest whose init is a constant, whose one summed loop k indexes the vector (`w[k]`, a plain
+    read) and the matrix as its first index, then the output's indices in order; the same object when there is
+    none."""
+    def rewrite(found, taken: set[str], decls: list[sx.Decl]) -> list[sx.Stmt]:
+        outer, init, k_loop, update, vec, mat = found
+        span = update.span
+        w_row = unique(f"{vec.tensor}_row", taken)
+        y_row = unique(f"{init.target.tensor}_row", taken)
+        z = unique("z", {lp.var for lp in outer} | {k_loop.var} | taken)
+        one = sx.Num(1, span)
+        decls += [sx.Decl(w_row, sx.TensorType(program.tensors[vec.tensor].dtype, (one, k_loop.stop), span), span),
+                  sx.Decl(y_row, sx.TensorType(program.tensors[init.target.tensor].dtype,
+                                               (one,) + tuple(lp.stop for lp in outer), span), span)]
+        zn, zloop = sx.Name(z, span), sx.Loop(z, sx.Num(0, span), one, (), span)
+        w_z = sx.Access(w_row, (zn, sx.Name(k_loop.var, span)), span)
+        y = init.target
+        y_z = replace(y, tensor=y_row, indices=(zn,) + y.indices)
+        summed = replace(k_loop, body=(replace(update, target=y_z, value=sx.BinOp("*", w_z, mat, span)),))
+        inner = replace(outer[-1], body=(replace(init, target=y_z), summed))
+        return [nested(sx.Assign(w_z, "=", vec, span), [zloop, k_loop]),
+                nested(inner, [zloop] + list(outer[:-1])),
+                nested(sx.Assign(y, "=", replace(y, tensor=y_row, indices=(sx.Num(0, span),) + y.indices), span),
+                       outer)]
+    return _each_nest(program, lambda top: _vector_matrix(top, program), rewrite)
+
+
+def _vector_matrix(top: sx.Stmt, program):
+    """(outer loops, init, the summed loop, the update, the vector's read, the matrix's read) of such a nest, or
+    None."""
+    found = init_and_sum(top)
+    if found is None:
+        return None
+    outer, init, inner, update = found
+    names = [lp.var for lp in outer]
+    if len(inner) != 1 or len(names) < 2 or _plain(init.target) != names or const_value(init.value) is None \
+            or not all(from_zero(lp) for lp in outer + inner):
+        return None
+    k = inner[0].var
+    reads = accesses(update.value)
+    if not (isinstance(update.value, sx.BinOp) and update.value.op == "*" and len(reads) == 2
+            and all(r is f for r, f in zip(reads, (update.value.lhs, update.value.rhs)))):
+        return None
+    vec = next((r for r in reads if _plain(r) == [k]), None)
+    mat = next((r for r in reads if r is not vec and _plain(r) == [k] + names and r.fill is None), None)
+    if vec is None or mat is None or vec.fill is not None:
+        return None
+    return outer, init, inner[0], update, vec, mat

@@ -7,6 +7,7 @@ from dataclasses import replace
 from tilec.compiler import ir, named, names
 from tilec.compiler.build_util import map_aff
 from tilec.compiler.ir import Aff, Block, Kernel, Loop, Stmt, Term
+from tilec.compiler.op_scope import is_scope
 from tilec.compiler.verify import memory_summary
 
 
@@ -25,7 +26,7 @@ def _hoist_body(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
     for s in body:
         if isinstance(s, Loop):
             inner = _hoist_body(s.body)
-            lifted = _lifted(inner, s.var)
+            lifted = _lifted(inner, s.var) if not is_scope(s) else []  # (op_scope.py)
             kept = tuple(b for b in inner if not any(b is x for x in lifted))
             out += lifted
             out.append(replace(s, body=kept))

@@ -206,19 +206,27 @@ def _copies(lay: Layout, here: dict[str, int], load: ir.Buf, tile: ir.Buf, line:
     return [c for _, c in sorted(out, key=lambda x: x[0])]
 
 
-def chosen(src: Order, out: Order, ext: dict, itemsize: int, target: Target) -> bool:
+ONE_STEP_MARGIN = 8  # a transpose step stays unless the estimate here is this many times below it (the estimates
+# are rough: at 4 x 64 x 8 x 16 the transposes the tests expect are within it; NHWC's shuffle is 32x below)
+
+
+def chosen(src: Order, out: Order, ext: dict, itemsize: int, target: Target, copy_only: bool = True) -> bool:
     """Whether the permute is laid out here rather than as select_permute's chain of steps through HBM
-    intermediates: when no single step does it (a swap of runs or a pair swap stays the transpose it is) and
-    plan()'s estimate is below the chain's. The chain search (seconds at rank 6) runs only when the estimate is
-    not already below what any chain of two or more steps costs (select_permute.chain_floor_us)."""
+    intermediates, or its one step (a swap of runs, a pair swap) when that is ONE_STEP_MARGIN times slower:
+    when plan()'s estimate is below theirs. `copy_only`: the statement is the copy alone (work on the way rides on a
+    one-step transpose, permute_split). The chain search (seconds at rank 6) runs only when the estimate is not
+    already below what any chain of two or more steps costs (select_permute.chain_floor_us)."""
     from tilec.compiler.select_permute import chain_floor_us, plan as chain_plan, step_us
-    if one_step(src, out):
+    single = one_step(src, out)
+    if single and not copy_only:
         return False
     ext = {v: int(n) for v, n in ext.items()}
     lay = plan(src, out, ext, itemsize, target)
     if lay is None:
         return False
     mine = estimate_ns(lay, ext, itemsize, target) / 1000
+    if single:  # a swap of short runs after many batch elements (NHWC's channel shuffle, 6272 transposes of 4 x
+        return mine * ONE_STEP_MARGIN < step_us(single, src, out, ext, itemsize)  # 64: 190x the floor as such)
     if mine < chain_floor_us(ext, itemsize):
         return True
     steps = chain_plan(src, out, ext, itemsize)

@@ -8,6 +8,7 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable
 
+from tilec.compiler.op_scope import scoped_parts
 from tilec.compiler import build_attention, build_depthwise, build_mbblock, build_mlp, conv_chain, fusers, ir, \
     passes, placement, pool_chain, stem_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
@@ -102,11 +103,21 @@ def _compile_retried(program, directives: tuple[sx.Directive, ...] | None, nki: 
             return _compile_program(program, tried, nki, target)
         except SbufOverflow as err:
             tried = err.smaller
-    raise first
+    return _op_scoped(first, program, directives, nki, target)
+
+
+def _op_scoped(first: SbufOverflow, program, directives: tuple[sx.Directive, ...] | None, nki: str | None,
+               target: Target | str | None) -> Result:
+    """The last resort of a default schedule over the SBUF budget: each op's buffers in a scope of their own
+    (op_scope.py; a SwiGLU FFN's three weights), else the first overflow's error."""
+    try:
+        return _compile_program(program, directives, nki, target, op_scopes=True)
+    except SbufOverflow:
+        raise first from None
 
 
 def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: str | None,
-                     target: Target | str | None) -> Result:
+                     target: Target | str | None, op_scopes: bool = False) -> Result:
     directives = program.kernel.schedule if directives is None else directives
     given = (program, directives)
     program, directives = inline_compute_at(program, directives)  # `compute_at T, Y.i` of T = f(X) (compute_at.py)
@@ -153,7 +164,8 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     choices = placement.chain_choices(ops, plans, program.kernel.outputs, tuple(directives), hbm, tgt.name,
                                          sbuf_budget(tgt))
     try:
-        kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt, choices)
+        kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt, choices,
+                              op_scopes)
         _check_placed_apart(program, ops, plans, tuple(directives), scheduled, tgt, choices)
     except Unhonoured as e:  # located at the directive asking for what the op's builder does not do
         raise TilecError(*_unhonoured(e, ops, tuple(directives))) from None
@@ -301,9 +313,10 @@ def unfuse(ops: tuple, plans: tuple, program) -> tuple[tuple, tuple]:
 
 def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, scheduled: AbstractSet[str] = frozenset(),
                  budget: int = 0, chains: list | None = None, target: Target | None = None,
-                 choices: dict[int, placement.ChainChoice] | None = None) -> ir.Kernel:
+                 choices: dict[int, placement.ChainChoice] | None = None, op_scopes: bool = False) -> ir.Kernel:
     """Each op by its builder; a run of row ops with the default schedule (softmax, layernorm, ...) as one fused
-    row chain when its tiles fit `budget` (build_rowchain.py)."""
+    row chain when its tiles fit `budget` (build_rowchain.py). `op_scopes`: each op's statements in a scope of
+    their own when the kernel is over `budget` (op_scope.py; the last resort of _compile_retried)."""
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     signature = {name: ir.Buf(name, "hbm", hbm[name].dtype, shape) for name, shape in program.views.items()}
     views = [ir.Reshape(ir.Buf(names.fresh(f"{name}_v"), "hbm", hbm[name].dtype, hbm[name].shape), base,
@@ -321,7 +334,10 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, schedu
     consts: dict[str, int] = {}
     for _, op_consts, stmts in parts:
         consts.update(op_consts)
-        body += stmts
+    body += [s for _, _, stmts in parts for s in stmts]
+    if op_scopes and passes.peak_usage(tuple(body))[0] > budget:  # each op's buffers in a scope (op_scope.py)
+        body = scoped_parts(body[:len(body) - sum(len(p) for _, _, p in parts)], [p for _, _, p in parts],
+                            names.fresh)
     # the program's sizes the kernel prints by name (SIZE_K), first: the tile constants are read against them
     sizes = used_consts(body, size_consts(program))
     return ir.Kernel(program.kernel.name, params, outputs, tuple(body), tuple(sizes + list(consts.items())))

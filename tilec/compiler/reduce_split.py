@@ -20,6 +20,7 @@ import math
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
+from tilec.compiler.lower import uses_names
 from tilec.compiler.names import unique
 from tilec.compiler.rewrite import from_zero, hoisted, leaves, nested, read_order, rechecked, resolved, taken_names
 from tilec.lang import syntax as sx
@@ -164,6 +165,9 @@ def split_total_reductions(program):
     body = list(kernel.body)
     k, changed = 0, False
     while k < len(body):
+        unit = _unit_loop(body[k])
+        if unit is not None:  # `for z in 0..1: L[z] = 0; ..L[z] += ..`: the same as `L[0]`, spliced in
+            body[k:k + 1] = unit
         pair = _total_pair(body, k)
         if pair is None:
             out.append(body[k])
@@ -200,6 +204,33 @@ def _total_pair(body: list[sx.Stmt], k: int) -> tuple[sx.Assign, list[sx.Loop], 
     if not reads or any(a.tensor == st.target.tensor for a in reads):
         return None
     return init, loops, st
+
+
+def _unit_loop(top: sx.Stmt) -> list[sx.Stmt] | None:
+    """`for z in 0..1:` (the bound written as 1) around an element's start and its nest, z used only as a whole
+    stored index (`L[z] = 0; for i: L[z] += r[i]`): the two statements with z as 0, the pair _total_pair takes; None
+    otherwise (the loop is kept as written)."""
+    if not (isinstance(top, sx.Loop) and from_zero(top) and isinstance(top.stop, sx.Num) and top.stop.value == 1
+            and len(top.body) == 2):
+        return None
+    pair = [_stored_at_zero(st, top.var) for st in top.body]
+    if any(st is None for st in pair) or _total_pair(pair, 0) is None:  # type: ignore[arg-type]
+        return None
+    return pair  # type: ignore[return-value]
+
+
+def _stored_at_zero(top: sx.Stmt, var: str) -> sx.Stmt | None:
+    """`top` with each stored index that is `var` alone written 0; None where `var` is used anywhere else."""
+    if isinstance(top, sx.Loop):
+        body = [_stored_at_zero(st, var) for st in top.body]
+        if uses_names(top.start, {var}) or uses_names(top.stop, {var}) or any(st is None for st in body):
+            return None
+        return replace(top, body=tuple(body))  # type: ignore[arg-type]
+    indices = tuple(sx.Num(0, ix.span) if isinstance(ix, sx.Name) and ix.id == var else ix
+                    for ix in top.target.indices)
+    if uses_names(top.value, {var}) or any(uses_names(ix, {var}) for ix in indices):
+        return None
+    return replace(top, target=replace(top.target, indices=indices))
 
 
 def _total_split(init: sx.Assign, loops: list[sx.Loop], red: sx.Assign, taken: set[str],

@@ -15,7 +15,7 @@ from tilec.compiler.heads_split import split_packed_heads
 from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
                                       split_mixed_broadcasts, split_modulo_reads, split_self_products)
-from tilec.compiler.matvec_split import split_batched_matvec
+from tilec.compiler.matvec_split import split_batched_matvec, split_vector_matrix
 from tilec.compiler.merge_split import merge_reduced_runs
 from tilec.compiler.operand_split import split_contraction_operands
 from tilec.compiler.pad_split import split_padded_reads
@@ -23,6 +23,7 @@ from tilec.compiler.permute_split import (split_permuted_eltwise, split_reshape_
                                           split_transposed_reads)
 from tilec.compiler.packed_rows import split_short_rows
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
+from tilec.compiler.scalar_split import split_scalar_reads
 from tilec.compiler.scale_split import split_column_scales
 from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.sum_split import split_summed_products
@@ -46,6 +47,7 @@ REWRITES = (
     split_row_column_terms,  # `Dm = aa[i] - 2 * ab[i, j] + bb[j]`: the terms in ab's matmul (distance_split)
     split_summed_products,  # `Y += A * B + C * D`: one contraction a term, each from the last (sum_split.py)
     split_batched_matvec,  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
+    split_vector_matrix,  # `Y[t, d] += w[l] * Hs[l, t, d]`: w as [1, L], Y as [1, T, D] (same)
     split_shifted_stores,  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)
     split_broadcast_inits,  # `P[h, i, j] = Mk[i, j]` before a sum: added after it (init_split.py)
     fold_value_sizes,  # `Y = S / (H * W)`: the sizes' constant folded into one number (lang_split)
@@ -54,6 +56,7 @@ REWRITES = (
     split_conv_layouts,  # HWIO weights, NHWC tensors: permuted in their own statements (lang_split)
     split_modulo_reads,  # `X[i % 4, j]`: one copy per repeat into a temporary (lang_split)
     split_self_products,  # `G += A[i, k] * A[j, k]`: the second read of a copy (lang_split)
+    split_scalar_reads,  # `Y[i, j] = X[i, j] * gam[0]`: gam[0] as a column gam_0[i, 0] first (scalar_split.py)
     split_mixed_broadcasts,  # `(X - mu[n, k]) * g[k]`: g widened to [n, k] first (lang_split)
     split_padded_reads,  # padded reads in element-wise statements: copied first (pad_split.py)
     split_total_reductions,  # `s[0] += X[i, j]`: rows to a column, then one row (reduce_split.py)

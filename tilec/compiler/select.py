@@ -182,7 +182,7 @@ def _select_one(comp: Comp, program) -> Op:
     reads = accesses(value) if value is not None else []
     read = syntax_fused(value, tuple(comp.out_vars), reads) if value is not None and reads else None
     if read is not None and all(a.tensor != comp.target for a in reads) and is_permutation(comp, read, program):
-        op = select_transpose(replace(comp, init=read), program)
+        op = select_transpose(replace(comp, init=read), program, copy_only=False)
         if isinstance(op, TransposeOp) and not op.steps and not op.out_vars:  # one swap of runs (permute_split)
             others = (a.tensor for a in reads if a.tensor != read.tensor)  # (X[i, j] beside X[j, i]: the source)
             return replace(op, value=value, vectors=tuple(dict.fromkeys(others)))
@@ -224,13 +224,14 @@ def _check_read(comp: Comp, acc: sx.Access, program) -> None:
 # ---- transpose ---------------------------------------------------------------------------------------------
 
 
-def select_transpose(comp: Comp, program) -> TransposeOp | EltwiseOp:
+def select_transpose(comp: Comp, program, copy_only: bool = True) -> TransposeOp | EltwiseOp:
     """`Y[j, i] = X[i, j]`, and any permutation that is one swap of two runs of dimensions after leading batch
     dimensions (`Y[b, j, i] = X[b, i, j]`, NCHW -> NHWC `Y[n, h, w, c] = X[n, c, h, w]`): a batch of 2-D
     transposes of X seen as [B, M, N]; or a swap of two single dimensions around dimensions that stay in place
     (`Y[c, b, a] = X[a, b, c]`): a batch of 2-D transposes of strided slices; or, keeping the last dimension, HBM
     -> HBM DMAs of slices (a copy op). Any other permutation, or one these would move slowly, is a chain of such
-    steps through HBM intermediates (select_permute.py): an op whose `steps` are the steps' ops."""
+    steps through HBM intermediates (select_permute.py): an op whose `steps` are the steps' ops. `copy_only`:
+    the statement is the copy alone (work on the way needs the one-step transpose where there is one)."""
     acc = comp.init
     assert isinstance(acc, sx.Access)  # _select_one checked it is a permuted read
     # a permutation of the output's loop variables: no None among them (is_permutation checked it)
@@ -238,7 +239,7 @@ def select_transpose(comp: Comp, program) -> TransposeOp | EltwiseOp:
     out = tuple(comp.out_vars)
     ext = {v: comp.extent(v) for v in out}
     itemsize = DTYPE_BYTES[program.tensors[acc.tensor].dtype]
-    if permute_onchip.chosen(names, out, ext, itemsize, compiled()):
+    if permute_onchip.chosen(names, out, ext, itemsize, compiled(), copy_only):
         return _permute_dma(comp, acc.tensor, comp.target, names, out)  # interleaved on chip (permute_onchip.py)
     steps = plan(names, out, ext, itemsize)
     if steps is None:

@@ -37,6 +37,7 @@ def select_conv(comp: Comp, program) -> ConvOp:
         elif trailing_rows(comp, program, s_acc, names):
             candidates.append((out_vars.index(outs[0]), outs[0], s_acc, m_acc))
     if not candidates:
+        _vector_times_matrix(comp, program, out_vars)
         raise reject(comp, "no operand can be the matmul's stationary side (indexed by plain loop variables, "
                            "with exactly one output variable after the batch indices)", comp.update.span,
                      "a batched matmul's batch indices come first in the output and in both operands, in the "
@@ -723,3 +724,20 @@ def _try_pool(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
     pool_vars = tuple((f"pool_{role}", var) for role, var in pool.vars)
     return replace(op, out=c.target, relu=op.relu or pool.relu, pool=pool.pool, fused=op.fused + (c.target,),
                     vars=op.vars + pool_vars, lines=op.lines + (("pool", c.update_line or c.line),))
+
+
+def _vector_times_matrix(comp: Comp, program, out_vars: list[str]) -> None:
+    """A vector times a matrix with no batch (`Y[t, d] += w[l] * Hs[l, t, d]`, ELMo's scalar mix): the vector reads
+    no output index, so neither operand can be the stationary side; say the form that compiles (user24)."""
+    reads = accesses(comp.update) if comp.update is not None else []
+    vec = next((a for a in reads if not any(plain(m) in out_vars for m in index_maps(a, comp, program))), None)
+    if vec is None or len(reads) != 2:
+        return
+    idx = ", ".join(fmt_expr(ix) for ix in vec.indices)
+    outs = ", ".join(out_vars)
+    raise reject(comp, f"`{fmt_expr(vec)}` is a vector read with none of the output's indices [{outs}] (a vector "
+                       "times a matrix): a matmul's stationary side needs one", vec.span,
+                 f"give both a unit first dimension: `{vec.tensor}_1[z, {idx}] = {fmt_expr(vec)}` (z in 0..1), "
+                 f"`{comp.target}_1[z, {outs}] += {vec.tensor}_1[z, {idx}] * ..`, then "
+                 f"`{comp.target}[{outs}] = {comp.target}_1[0, {outs}]`; with a batch, its indices come first in "
+                 "the output and both operands (for another output order, write it so, then permute it)")
