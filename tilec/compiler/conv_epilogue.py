@@ -180,16 +180,23 @@ def chain(b: _ConvBuilder, src: View, dst: View, kp, acc: View) -> list[Stmt]:
     line = b.L["epilogue"]
     return eviction_fusion.chain_stmts(
         b.op.epilogue, src, dst, lambda name: View(b.epi_cols[name], (kp, sl(b.tile_index(b.kv, b.KT), 1))),
-        lambda dtype: View(work_tile(b, acc, dtype), acc.idx), line)
+        lambda dtype: View(work_tile(b, acc, dtype), acc.idx), line, lambda name: b.row_tile(b.epi_rows[name], kp))
 
 
 def epilogue_columns(b: _ConvBuilder) -> list[Stmt]:
-    """Every vector the fused chain reads, loaded as columns once before the nest (as the bias)."""
+    """Every vector the fused chain reads, loaded as columns once before the nest (as the bias), and every row
+    along a matmul's columns replicated on every partition once (conv_weights.row_broadcast: the tile's columns
+    of it are then a tensor_tensor's operand on the eviction)."""
     out: list[Stmt] = []
-    b.epi_cols = {}
+    b.epi_cols, b.epi_rows = {}, {}
     for name in eviction_fusion.columns_of(b.op):
         stmts, b.epi_cols[name] = conv_weights.column(b, name)
         out += stmts
+    for name in eviction_fusion.columns_of(b.op, "row"):
+        dt = b.hbm[name].dtype
+        stmts, b.epi_rows[name] = conv_weights.row_broadcast(b, name, b.fresh(f"ones_{dt}_{name}"))
+        out.append(ir.Block(f"{name}: a row along {dict(b.op.vars)['x']}, copied to every partition once",
+                            tuple(stmts), b.L["epilogue"]))
     return out
 
 
