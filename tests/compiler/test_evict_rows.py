@@ -1,0 +1,109 @@
+"""Issue 13 §6 (evict24): a vector along a 2-D matmul's output columns (`+ c[j]`, `* r[j]`, `- c[j]`, a key-padding
+row) anywhere in the element-wise statement that reads the product runs on its PSUM eviction: the row is replicated
+on every partition once and applied by a tensor_tensor on the evicted tile, with column terms (`+ b[i]`) in the
+activation. Each form runs on the interpreter against NumPy in f32 and bf16 on a multi-tile shape (M 200 = two
+partition tiles, the last ragged), and explain must place the product on chip only. Pairwise squared distances at
+D = 128 add |b|^2 that way instead of as a second contraction tile."""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from compiler_helpers import assert_matches, run_signed
+from tilec.compiler.api import compile_loaded, explain
+from tilec.lang import api as lang
+
+MATMUL = """\
+kernel mm(A: f32[M, K], B: f32[K, J], b: f32[M], c: f32[J], r: f32[J]) -> Y
+  default M = 200, K = 96, J = 300
+  t: f32[M, J]
+  Y: f32[M, J]
+  for i in 0..M, j in 0..J:
+    t[i, j] = 0
+    for k in 0..K:
+      t[i, j] += A[i, k] * B[k, j]
+  for i in 0..M, j in 0..J:
+    Y[i, j] = {consumer}
+"""
+
+
+def _row(v: np.ndarray) -> np.ndarray:
+    return v[None, :]
+
+
+def _col(v: np.ndarray) -> np.ndarray:
+    return v[:, None]
+
+
+CONSUMERS = {  # consumer -> Y from t and the inputs (float64)
+    "relu(t[i, j] * 0.5 + b[i]) * r[j] - c[j]":
+        lambda t, a: np.maximum(t * 0.5 + _col(a["b"]), 0) * _row(a["r"]) - _row(a["c"]),
+    "b[i] - 2 * t[i, j] + c[j]": lambda t, a: _col(a["b"]) - 2 * t + _row(a["c"]),
+    "c[j] - t[i, j]": lambda t, a: _row(a["c"]) - t,
+    "exp(t[i, j] * 0.125 + c[j])": lambda t, a: np.exp(t * 0.125 + _row(a["c"])),
+    "max(t[i, j], c[j]) / (r[j] + 2)": None,  # (a vector's arithmetic: not one step; stays a nest of its own)
+}
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("consumer", sorted(CONSUMERS))
+def test_row_steps_on_the_eviction_match_numpy(consumer: str, dtype: str) -> None:
+    prog, compiled, out, a = run_signed(MATMUL.format(consumer=consumer), dtype, seed=5)
+    t = a["A"] @ a["B"]
+    if dtype == "bf16":  # t is stored bf16 before the consumer reads it
+        t = (t.astype(np.float32).view(np.uint32) + 0x8000 & 0xFFFF0000).view(np.float32).astype(np.float64)
+    f = CONSUMERS[consumer]
+    want = f(t, a) if f else np.maximum(t, _row(a["c"])) / (_row(a["r"]) + 2)
+    assert_matches(prog, "Y", out["Y"], want)
+    placed = explain(compiled).split("tensor placement:")[1].split("\n  t ")[1].split("\n  Y ")[0]
+    assert ("never in HBM" in placed) == (f is not None), placed
+
+
+def test_key_padding_row_on_attention_scores() -> None:
+    """Masked attention scores: `Q K^T * s + m[j]` with m a key-padding row (0 or -30000) is one eviction."""
+    text = """\
+kernel scores(Q: f32[S, D], Kt: f32[D, S], m: f32[S]) -> Sc
+  default S = 160, D = 64
+  Sc: f32[S, S]
+  for i in 0..S, j in 0..S:
+    Sc[i, j] = 0
+    for d in 0..D:
+      Sc[i, j] += Q[i, d] * Kt[d, j]
+  for i in 0..S, j in 0..S:
+    Sc[i, j] = Sc[i, j] * 0.125 + m[j]
+"""
+    prog = lang.load(text)
+    rng = np.random.default_rng(2)
+    Q, Kt = (rng.standard_normal(t.shape).astype(np.float32) for t in prog.inputs[:2])
+    m = np.where(np.arange(160) % 7 == 3, -30000.0, 0.0).astype(np.float32)
+    compiled = compile_loaded(prog)
+    got = compiled.run(Q=Q, Kt=Kt, m=m)["Sc"]
+    assert_matches(prog, "Sc", got, Q.astype(np.float64) @ Kt * 0.125 + m[None, :])
+    assert "_bc" in compiled.source  # the row replicated on the partitions, not an HBM round trip
+
+
+FOLDER = pathlib.Path(__file__).parents[1] / "programs" / "user23"
+
+
+@pytest.mark.parametrize("name", ["sqdist", "sqdist_matmul"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_distances_at_a_whole_contraction_tile_add_the_norm_row_on_the_eviction(name: str, dtype: str) -> None:
+    """At D = 128 the augmented operands' extra column would be a second contraction tile: |b|^2 is a row added
+    on the eviction instead (no augmented operand), |a|^2 the bias column; checked against NumPy's distances."""
+    src = (FOLDER / f"{name}.tl").read_text().replace("M = 96, N = 80, D = 32", "M = 130, N = 200, D = 128")
+    prog, compiled, out, a = run_signed(src, dtype, seed=4)
+    A, B = a["A"], a["B"]
+    assert_matches(prog, "Dm", out["Dm"], ((A[:, None, :] - B[None, :, :]) ** 2).sum(axis=2))
+    assert "_Aa" not in compiled.source and "_bc" in compiled.source
+
+
+def test_distance_rewrite_keeps_the_augmented_form_where_the_column_is_free() -> None:
+    from tilec.compiler.distance_split import split_squared_distances
+
+    src = (FOLDER / "sqdist.tl").read_text()
+    at_128 = split_squared_distances(lang.load(src.replace("D = 32", "D = 128")))
+    assert {n for n, t in at_128.tensors.items() if t.kind == "temp"} == {"Dm_aa", "Dm_bb"}
+    at_127 = split_squared_distances(lang.load(src.replace("D = 32", "D = 127")))
+    assert at_127.tensors["Dm_Aa"].shape == (96, 128)
