@@ -83,6 +83,10 @@ def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
     built = build_matvec.build_matvec(op, plan, hbm, fresh)  # W[i, k] v[k]: rows on partitions, no transposes
     if built is not None:
         return built
+    if op.x == op.w:  # a Gram matrix `A A^T` (lang_split._gram: no copy): the band's buffers under a name of
+        # their own (the builders name buffers after their operand), the same tensor in HBM
+        alias = next(f"{op.x}_{n}" for n in range(2, 99) if f"{op.x}_{n}" not in hbm)
+        op, hbm = replace(op, x=alias), {**hbm, alias: hbm[op.x]}
     b = _ConvBuilder(op, plan, hbm, fresh)
     return b.consts(), b.build()
 
