@@ -84,6 +84,29 @@ kernel scores(Q: f32[S, D], Kt: f32[D, S], m: f32[S]) -> Sc
     assert "_bc" in compiled.source  # the row replicated on the partitions, not an HBM round trip
 
 
+HEADS = """\
+kernel kpad(Q: f32[Hd, S, D], K: f32[Hd, S, D], m: f32[S]) -> Sc
+  default Hd = 2, S = 200, D = 64
+  Sc: f32[Hd, S, S]
+  for h in 0..Hd, i in 0..S, j in 0..S:
+    Sc[h, i, j] = 0
+    for d in 0..D:
+      Sc[h, i, j] += Q[h, i, d] * K[h, j, d]
+  for h in 0..Hd, i in 0..S, j in 0..S:
+    Sc[h, i, j] = Sc[h, i, j] * 0.125 + m[j]
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_key_padding_row_over_heads(dtype: str) -> None:
+    """A batched matmul (heads) with one key-padding row for every head: the row replicated once, added on each
+    head's eviction (it was an HBM round trip of the scores: 8 x 1024 x 1024 x 64 f32 3.33x -> 1.96x)."""
+    prog, compiled, out, a = run_signed(HEADS, dtype, seed=6)
+    want = np.einsum("hid,hjd->hij", a["Q"], a["K"]) * 0.125 + a["m"][None, None, :]
+    assert_matches(prog, "Sc", out["Sc"], want)
+    assert "_bc" in compiled.source
+
+
 FOLDER = pathlib.Path(__file__).parents[1] / "programs" / "user23"
 
 

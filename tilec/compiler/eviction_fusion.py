@@ -49,8 +49,9 @@ def parse_chain(op: ConvOp, c, src: str, program, earlier: frozenset[str] = froz
     out_vars = list(c.out_vars)
     k_var = out_vars[partition_index(op)] if len(out_vars) > partition_index(op) else None
     roles = dict(op.vars)
-    matmul = not any(role in roles for role in ("n", "y", "r", "s"))
-    x_var = out_vars[-1] if matmul and "x" in roles and len(out_vars) == 2 else None  # a matmul's columns
+    # a matmul's columns (batched too: a row shared by every batch index, as a key-padding row over heads)
+    matmul = not any(role in roles for role in ("y", "r", "s"))
+    x_var = out_vars[-1] if matmul and "x" in roles and len(out_vars) == 2 + ("n" in roles) else None
 
     def same_element(e: sx.Access) -> bool:
         return e.fill is None and [plain(m) for m in index_maps(e, c, program)] == out_vars
@@ -177,7 +178,8 @@ def _fold_head(op: ConvOp, steps: tuple[EpiStep, ...], program, wide: bool
                 and plain_evict and op.bias is None:  # b[k] - v: the factor's sign turned, b the bias column
             op = replace(op, scale=-op.scale, bias=value[1])
         elif s.kind == "alu" and s.op == "add" and isinstance(value, tuple) and value[0] == "row" and plain_evict \
-                and op.bias is None:  # a linear layer's bias b[j]: broadcast, added on eviction
+                and op.bias is None and "n" not in dict(op.vars):  # a linear layer's bias b[j]: broadcast, added
+            # on eviction (a batched matmul's row stays a chain step: select_conv._bias takes rows unbatched only)
             op = replace(op, bias=value[1], bias_role="x")
         elif s.kind == "alu" and s.op == "add" and isinstance(value, tuple) and value[0] == "tensor" \
                 and op.residual is None and not op.relu and op.clamp is None and op.bias_role == "k" \
