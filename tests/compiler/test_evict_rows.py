@@ -42,6 +42,9 @@ CONSUMERS = {  # consumer -> Y from t and the inputs (float64)
         lambda t, a: np.maximum(t * 0.5 + _col(a["b"]), 0) * _row(a["r"]) - _row(a["c"]),
     "b[i] - 2 * t[i, j] + c[j]": lambda t, a: _col(a["b"]) - 2 * t + _row(a["c"]),
     "c[j] - t[i, j]": lambda t, a: _row(a["c"]) - t,
+    # the row first from PSUM, pre-divided by an exact factor (row_first), and a factor that is not a power of two
+    "b[i] + 0.5 * t[i, j] - c[j]": lambda t, a: _col(a["b"]) + 0.5 * t - _row(a["c"]),
+    "0.3 * t[i, j] + b[i] + c[j]": lambda t, a: 0.3 * t + _col(a["b"]) + _row(a["c"]),
     "exp(t[i, j] * 0.125 + c[j])": lambda t, a: np.exp(t * 0.125 + _row(a["c"])),
     "max(t[i, j], c[j]) / (r[j] + 2)": None,  # (a vector's arithmetic: not one step; stays a nest of its own)
 }
