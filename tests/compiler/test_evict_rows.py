@@ -12,21 +12,12 @@ import numpy as np
 import pytest
 
 from compiler_helpers import assert_matches, run_signed
+from test_eviction_fusion import MATMUL as FUSION_MATMUL
 from tilec.compiler.api import compile_loaded, explain
 from tilec.lang import api as lang
 
-MATMUL = """\
-kernel mm(A: f32[M, K], B: f32[K, J], b: f32[M], c: f32[J], r: f32[J]) -> Y
-  default M = 200, K = 96, J = 300
-  t: f32[M, J]
-  Y: f32[M, J]
-  for i in 0..M, j in 0..J:
-    t[i, j] = 0
-    for k in 0..K:
-      t[i, j] += A[i, k] * B[k, j]
-  for i in 0..M, j in 0..J:
-    Y[i, j] = {consumer}
-"""
+# test_eviction_fusion's matmul, with two rows along its columns (c, r) for the consumer
+MATMUL = FUSION_MATMUL.replace("g: {dt}[M]", "c: {dt}[J], r: {dt}[J]").replace("{dt}", "f32")
 
 
 def _row(v: np.ndarray) -> np.ndarray:
