@@ -33,6 +33,7 @@ CONSUMERS = {  # consumer -> Y from t and the inputs (float64)
         lambda t, a: np.maximum(t * 0.5 + _col(a["b"]), 0) * _row(a["r"]) - _row(a["c"]),
     "b[i] - 2 * t[i, j] + c[j]": lambda t, a: _col(a["b"]) - 2 * t + _row(a["c"]),
     "c[j] - t[i, j]": lambda t, a: _row(a["c"]) - t,
+    "relu(t[i, j] - c[j])": lambda t, a: np.maximum(t - _row(a["c"]), 0),  # (the row's step is the eviction)
     # the row first from PSUM, pre-divided by an exact factor (row_first), and a factor that is not a power of two
     "b[i] + 0.5 * t[i, j] - c[j]": lambda t, a: _col(a["b"]) + 0.5 * t - _row(a["c"]),
     "0.3 * t[i, j] + b[i] + c[j]": lambda t, a: 0.3 * t + _col(a["b"]) + _row(a["c"]),
@@ -76,6 +77,15 @@ kernel scores(Q: f32[S, D], Kt: f32[D, S], m: f32[S]) -> Sc
     got = compiled.run(Q=Q, Kt=Kt, m=m)["Sc"]
     assert_matches(prog, "Sc", got, Q.astype(np.float64) @ Kt * 0.125 + m[None, :])
     assert "_bc" in compiled.source  # the row replicated on the partitions, not an HBM round trip
+
+
+def test_row_of_one_output_column() -> None:
+    """J = 1 (a matrix-vector shape): the row is one value on every partition; the general builder takes it (the
+    matrix-vector builder has no replicated rows; found by a random sweep as an assertion)."""
+    text = MATMUL.format(consumer="relu(t[i, j] * 0.5 + b[i]) * r[j] - c[j]").replace("J = 300", "J = 1")
+    prog, _, out, a = run_signed(text, "f32", seed=8)
+    t = a["A"] @ a["B"]
+    assert_matches(prog, "Y", out["Y"], np.maximum(t * 0.5 + _col(a["b"]), 0) * _row(a["r"]) - _row(a["c"]))
 
 
 HEADS = """\

@@ -195,14 +195,14 @@ def row_first(b: _ConvBuilder) -> bool:
     inputs take 2N [NISA, nki-spec §3: `tensor_tensor` max(64, N) with one PSUM input]), with the row replicated
     already divided by the factor: s * (acc + r / s) + b. Only where that is exact (the factor a power of two, 1
     included) and the activation is a copy (no relu, clamp, residual, pool or rounding before the row), the row
-    read by no other step. sqdist 4096 x 4096 x 128: VectorE-bound at 86 % with the add from SBUF."""
+    read by no other step, and something before it (else the row's step is the eviction already). sqdist 4096 x 4096 x 128: VectorE-bound at 86 % with the add from SBUF."""
     op = b.op
     s = op.epilogue[0] if op.epilogue else None
     if s is None or s.kind != "alu" or s.op not in ("add", "subtract") or s.reverse \
             or not isinstance(s.operand, tuple) or s.operand[0] != "row":
         return False
     mantissa = math.frexp(op.scale)[0] if op.scale else 0.0
-    return (abs(mantissa) == 0.5 and not op.relu and op.clamp is None and not op.residual and not op.pool
+    return (abs(mantissa) == 0.5 and (op.bias is not None or op.scale != 1.0) and not op.relu and op.clamp is None and not op.residual and not op.pool
             and not narrow_intermediates(b) and not (op.bias and op.bias_role == "x")
             and sum(1 for t in op.epilogue if t.operand == s.operand) == 1)
 
