@@ -146,11 +146,23 @@ def test_conv_relu_in_place(where, pooled, tmp_path):
 
 REJECTED = {
     "relu_of_another_element": _matmul("none", "    C[i, j] = relu(C[j, i])\n"),
-    "relu_plus_bias": _matmul("column", "    C[i, j] = relu(C[i, j]) + b[j]\n"),
     "relu_before_the_reduction": _matmul("none", "").replace(
         "    C[i, j] = 0\n", "    C[i, j] = 0\n    C[i, j] = relu(C[i, j])\n"),
 }  # `conv = 2 * conv` in the next nest compiles since gaps15 (inplace_split.py; test_inplace_split.py), and
 # `C = C * 2` in the same nest since fuse15 (an element-wise chain on the eviction; test_eviction_fusion.py)
+
+
+def test_relu_then_a_row_in_place_runs_on_the_eviction():
+    """`C = relu(C) + b[j]` in the matmul's nest (refused until evict24: a row along the columns is now a step of
+    the eviction's chain anywhere in it, not only as the first)."""
+    prog = lang.load(_matmul("none", "    C[i, j] = relu(C[i, j]) + b[j]\n").replace(
+        "B: f32[K, N]", "B: f32[K, N], b: f32[N]"))
+    rng = np.random.default_rng(3)
+    ins = {t.name: rng.random(t.shape, dtype=np.float32) - np.float32(0.5) for t in prog.inputs}
+    got = compile_loaded(prog).run(**ins)["C"]
+    a = {k: v.astype(np.float64) for k, v in ins.items()}
+    want = np.maximum(a["A"] @ a["B"], 0) + a["b"][None, :]
+    assert_matches(prog, "C", got, want)
 
 
 @pytest.mark.parametrize("name", sorted(REJECTED))

@@ -83,6 +83,10 @@ def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
     built = build_matvec.build_matvec(op, plan, hbm, fresh)  # W[i, k] v[k]: rows on partitions, no transposes
     if built is not None:
         return built
+    if op.x == op.w:  # a Gram matrix `A A^T` (lang_split._gram: no copy): the band's buffers under a name of
+        # their own (the builders name buffers after their operand), the same tensor in HBM
+        alias = next(f"{op.x}_{n}" for n in range(2, 99) if f"{op.x}_{n}" not in hbm)
+        op, hbm = replace(op, x=alias), {**hbm, alias: hbm[op.x]}
     b = _ConvBuilder(op, plan, hbm, fresh)
     return b.consts(), b.build()
 
@@ -146,6 +150,7 @@ class _ConvBuilder:
     r_band: Buf  # the residual's band added on the eviction (conv_epilogue.residual_band)
     r_all: Buf | None = None  # or the whole batch's residual, one buffer (conv_epilogue.batch_residual)
     epi_cols: dict[str, Buf]  # the fused chain's vectors as columns (conv_epilogue.epilogue_columns)
+    epi_rows: dict[str, Buf]  # its rows along a matmul's columns, replicated on every partition (the same)
     epi_allocs: list[Stmt]  # the fused chain's work tiles of one eviction (conv_epilogue.chain)
     base_flat: View  # mixed taps' base band, flat (conv_mixed.x_band), read by a spread remainder (conv_spread)
     spread_w: Buf  # a spread remainder's [C, taps] stationary (conv_spread.weights)
@@ -833,6 +838,12 @@ class _ConvBuilder:
                        (sl(a(term(V["x"], cols_o, cname), -self.dst_chip.col0), cols_o),))
         return conv_epilogue.epilogue_to(self, dst, acc, kp)
 
+    def row_tile(self, bc: Buf, kp) -> View:
+        """The output tile's columns of a row replicated on every partition (conv_weights.row_broadcast)."""
+        V, p = self.var, self.p
+        col = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(V["x"], p.tile_x, self.cn["x"]))
+        return View(bc, (kp, sl(col, p.tile_x)))
+
     def evict(self, dst: View, acc: View, func: str, bias: View | None) -> list[Stmt]:
         """PSUM -> SBUF in one pass (activation with the per-partition bias column); a row bias is a tensor_tensor
         add reading PSUM instead (activation only adds columns), followed by the relu in place."""
@@ -843,8 +854,7 @@ class _ConvBuilder:
             return [ir.Copy(dst, acc, line)]
         if not (op.bias and op.bias_role == "x"):  # func(scale * acc + bias): a negated product's sign first
             return [Act(dst, acc, func, bias, op.scale, line)] + clamp
-        col = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(V["x"], p.tile_x, self.cn["x"]))
-        bc = View(self.bias_bc, (self.part(self.ks, p.tile_k), sl(col, p.tile_x)))
+        bc = self.row_tile(self.bias_bc, self.part(self.ks, p.tile_k))
         out: list[Stmt] = [Binary(dst, acc, bc, "add", line)] if op.scale == 1.0 else \
             [Binary(dst, bc, acc, "subtract", line)] if op.scale == -1.0 else \
             [Act(dst, acc, "copy", None, op.scale, line), Binary(dst, dst, bc, "add", line)]  # the factor first

@@ -63,7 +63,9 @@ def is_matvec(op: ConvOp, hbm: dict[str, Buf]) -> bool:
     # roundings after it (so not with a 16-bit contraction result, which rounds before the add)
     residual_ok = op.residual is None or (not op.relu and op.bias is None and not _narrow(op, hbm))
     plain = (op.w_layout == "kc" and op.groups == 1 and not op.w_batch and not op.x_transposed
-             and op.bias_role == "k" and residual_ok and op.pool is None and op.w_relu is None)
+             and op.bias_role == "k" and residual_ok and op.pool is None and op.w_relu is None
+             and not any(isinstance(s.operand, tuple) and s.operand[0] == "row" for s in op.epilogue))
+    # (a row along the one output column, J = 1: the general builder's replicated row, evict24)
     return plain and d["N"] * d["Ho"] * d["Wo"] * d["H"] * d["W"] * d["R"] * d["S"] == 1
 
 

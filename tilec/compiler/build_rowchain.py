@@ -302,11 +302,12 @@ def _whole_broadcast(stmts: list[Stmt], free: int) -> bool:
 def reads_of(op: Op) -> list[str]:
     """Every tensor an op reads (for deciding what a chain must store)."""
     names = _reads(op) + list(getattr(op, "rows", ()))
-    for attr in ("src", "x", "w", "bias"):
+    for attr in ("src", "x", "w", "bias", "residual"):
         value = getattr(op, attr, None)
         if isinstance(value, str):
             names.append(value)
-    return names
+    # a contraction's fused epilogue reads its vectors and tensors too (eviction_fusion)
+    return names + [s.operand[1] for s in getattr(op, "epilogue", ()) if isinstance(s.operand, tuple)]
 
 
 __all__ = ["row_chains", "build_row_chain", "fit_chain", "fit_long_rows", "reads_of", "ColumnReduceOp"]

@@ -5,6 +5,7 @@ its store. Functions of the builder `b`, as conv_pairs.py and conv_weights.py.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from tilec.compiler import conv_pairs, conv_weights, eviction_fusion, ir
@@ -152,6 +153,15 @@ def epilogue_to(b: _ConvBuilder, dst: View, acc: View, kp) -> list[Stmt]:
         # nothing before the chain: its first instruction is the eviction (`conv * g[k] + b[k]`: one activation)
         tail = chain(b, acc, dst, kp, acc)
         return list(b.epi_allocs) + tail
+    if row_first(b):  # the row added from PSUM, then the activation's factor and bias column (row_first)
+        step = op.epilogue[0]
+        assert isinstance(step.operand, tuple)
+        summed = View(work_tile(b, acc, "f32"), acc.idx)
+        rest = op.epilogue[1:]
+        pre = dst if dst.buf.dtype == "f32" or not rest else View(work_tile(b, acc, "f32"), acc.idx)
+        body = [Binary(summed, acc, b.row_tile(b.epi_rows[step.operand[1]], kp), "add", b.L["epilogue"])] + \
+            b.evict(pre, summed, "copy", _bias_col(b, kp))
+        return list(b.epi_allocs) + body + (chain(b, pre, dst, kp, acc, rest) if rest else [])
     pre = dst if dst.buf.dtype == "f32" else View(work_tile(b, acc, "f32"), acc.idx)
     body = evicted_to(b, pre, acc, kp, res_at=dst) + chain(b, pre, dst, kp, acc)
     return list(b.epi_allocs) + body
@@ -174,22 +184,63 @@ def work_tile(b: _ConvBuilder, acc: View, dtype: str) -> Buf:
     return tile
 
 
-def chain(b: _ConvBuilder, src: View, dst: View, kp, acc: View) -> list[Stmt]:
-    """The epilogue's steps from src (the evicted tile) into dst, reading each vector's column at partitions kp
-    (its work tiles' allocations collected in b.epi_allocs)."""
+def _bias_col(b: _ConvBuilder, kp) -> View | None:
+    op = b.op
+    return View(b.bias_col, (kp, sl(b.tile_index(b.kv, b.KT), 1))) if op.bias and op.bias_role == "k" else None
+
+
+def row_first(b: _ConvBuilder) -> bool:
+    """Whether the chain's first step, a row added or subtracted after the activation's factor and bias column
+    (`-2 * acc + aa[i] + bb[j]`: sqdist), runs first, a VectorE tensor_tensor reading PSUM (N cycles; two SBUF
+    inputs take 2N [NISA, nki-spec §3: `tensor_tensor` max(64, N) with one PSUM input]), with the row replicated
+    already divided by the factor: s * (acc + r / s) + b. Only where that is exact (the factor a power of two, 1
+    included) and the activation is a copy (no relu, clamp, residual, pool or rounding before the row), the row
+    read by no other step, and something before it (else the row's step is the eviction already). sqdist 4096 x 4096 x 128: VectorE-bound at 86 % with the add from SBUF."""
+    op = b.op
+    s = op.epilogue[0] if op.epilogue else None
+    if s is None or s.kind != "alu" or s.op not in ("add", "subtract") or s.reverse \
+            or not isinstance(s.operand, tuple) or s.operand[0] != "row":
+        return False
+    mantissa = math.frexp(op.scale)[0] if op.scale else 0.0
+    return (abs(mantissa) == 0.5 and (op.bias is not None or op.scale != 1.0) and not op.relu and op.clamp is None and not op.residual and not op.pool
+            and not narrow_intermediates(b) and not (op.bias and op.bias_role == "x")
+            and sum(1 for t in op.epilogue if t.operand == s.operand) == 1)
+
+
+def row_factor(b: _ConvBuilder, name: str) -> float:
+    """What the replicated row `name` is multiplied by once, after its broadcast (row_first: 1 / the factor, its
+    sign turned for a subtraction), else 1."""
+    if not row_first(b) or b.op.epilogue[0].operand != ("row", name):
+        return 1.0
+    return (-1.0 if b.op.epilogue[0].op == "subtract" else 1.0) / b.op.scale
+
+
+def chain(b: _ConvBuilder, src: View, dst: View, kp, acc: View, steps: tuple | None = None) -> list[Stmt]:
+    """The epilogue's steps (all, or `steps`) from src (the evicted tile) into dst, reading each vector's column
+    at partitions kp (its work tiles' allocations collected in b.epi_allocs)."""
     line = b.L["epilogue"]
     return eviction_fusion.chain_stmts(
-        b.op.epilogue, src, dst, lambda name: View(b.epi_cols[name], (kp, sl(b.tile_index(b.kv, b.KT), 1))),
-        lambda dtype: View(work_tile(b, acc, dtype), acc.idx), line)
+        b.op.epilogue if steps is None else steps, src, dst, lambda name: View(b.epi_cols[name], (kp, sl(b.tile_index(b.kv, b.KT), 1))),
+        lambda dtype: View(work_tile(b, acc, dtype), acc.idx), line, lambda name: b.row_tile(b.epi_rows[name], kp))
 
 
 def epilogue_columns(b: _ConvBuilder) -> list[Stmt]:
-    """Every vector the fused chain reads, loaded as columns once before the nest (as the bias)."""
+    """Every vector the fused chain reads, loaded as columns once before the nest (as the bias), and every row
+    along a matmul's columns replicated on every partition once (conv_weights.row_broadcast: the tile's columns
+    of it are then a tensor_tensor's operand on the eviction)."""
     out: list[Stmt] = []
-    b.epi_cols = {}
+    b.epi_cols, b.epi_rows = {}, {}
     for name in eviction_fusion.columns_of(b.op):
         stmts, b.epi_cols[name] = conv_weights.column(b, name)
         out += stmts
+    for name in eviction_fusion.columns_of(b.op, "row"):
+        dt = b.hbm[name].dtype
+        stmts, b.epi_rows[name] = conv_weights.row_broadcast(b, name, b.fresh(f"ones_{dt}_{name}"))
+        factor = row_factor(b, name)
+        if factor != 1.0:  # (row_first: exact, a power of two)
+            stmts.append(Scalar(whole(b.epi_rows[name]), whole(b.epi_rows[name]), "multiply", factor, b.line))
+        out.append(ir.Block(f"{name}: a row along {dict(b.op.vars)['x']}, copied to every partition once",
+                            tuple(stmts), b.L["epilogue"]))
     return out
 
 

@@ -429,21 +429,28 @@ def column(b: _ConvBuilder, name: str) -> tuple[list[Stmt], Buf]:
 
 
 def bias_row(b: _ConvBuilder) -> list[Stmt]:
-    """b[x] on every partition: b_bc[p, x] = b[x], one broadcast matmul per column tile (TILE_X moving columns,
-    contraction 1) before the nest, instead of a K=1 matmul per output tile inside the accumulation."""
-    op, p, line = b.op, b.p, b.line
-    assert op.bias is not None
-    dt = b.hbm[op.bias].dtype
-    row_v, st = hbm_view(b.hbm[op.bias], (1, b.Wo), b.fresh(f"{op.bias}_v"), line)
-    row = Buf(b.fresh(f"{op.bias}_row"), "sbuf", dt, (1, b.Wo))
-    ones, made = ones_row(b.fresh(f"ones_{dt}"), dt, p.tile_k, line)
-    bc = Buf(b.fresh(f"{op.bias}_bc"), "sbuf", "f32", (p.tile_k, b.Wo))
-    acc = Buf(b.fresh(f"{op.bias}_bcast"), "psum", "f32", (p.tile_k, p.tile_x))
+    """A matmul's row bias b[x] on every partition (row_broadcast), before the nest, instead of a K=1 matmul per
+    output tile inside the accumulation."""
+    assert b.op.bias is not None
+    stmts, b.bias_bc = row_broadcast(b, b.op.bias, b.fresh(f"ones_{b.hbm[b.op.bias].dtype}"))
+    return stmts
+
+
+def row_broadcast(b: _ConvBuilder, name: str, ones_name: str) -> tuple[list[Stmt], Buf]:
+    """v[x] on every partition as fp32: bc[p, x] = v[x], one broadcast matmul per column tile (TILE_X moving
+    columns, contraction 1) from a row of ones, made once before the nest (a row bias, or a row a fused epilogue
+    adds or multiplies: conv_epilogue.epilogue_columns)."""
+    p, line = b.p, b.line
+    dt = b.hbm[name].dtype
+    row_v, st = hbm_view(b.hbm[name], (1, b.Wo), b.fresh(f"{name}_v"), line)
+    row = Buf(b.fresh(f"{name}_row"), "sbuf", dt, (1, b.Wo))
+    ones, made = ones_row(ones_name, dt, p.tile_k, line)
+    bc = Buf(b.fresh(f"{name}_bc"), "sbuf", "f32", (p.tile_k, b.Wo))
+    acc = Buf(b.fresh(f"{name}_bcast"), "psum", "f32", (p.tile_k, p.tile_x))
     xt = b.var["x"]
     cols = sl(a(term(xt, p.tile_x, b.cn["x"])), p.tile_x)
     body = broadcast_row(acc, ones, View(row, (full(1), cols)), line) + \
         [ir.Copy(View(bc, (full(p.tile_k), cols)), whole(acc), line)]
-    b.bias_bc = bc
     note = f"{b.T['x']} (tiles of {b.cn['x']})"
     return st + made + [Alloc(row, line=line), Dma(whole(row), whole(row_v), line), Alloc(bc, line=line)] + \
-        prep_notes(loop(xt, b.Wo // p.tile_x, body, note=note, line=line), f"broadcast {op.bias}")
+        prep_notes(loop(xt, b.Wo // p.tile_x, body, note=note, line=line), f"broadcast {name}"), bc

@@ -37,8 +37,11 @@ def partition_index(op: ConvOp) -> int:
     return 1 if "n" in dict(op.vars) else 0
 
 
-def parse_chain(op: ConvOp, c, src: str, program) -> tuple[EpiStep, ...] | None:
-    """The steps from src's element to c's value, or None when c is not such a chain over its one read of src."""
+def parse_chain(op: ConvOp, c, src: str, program, earlier: frozenset[str] = frozenset()
+                ) -> tuple[EpiStep, ...] | None:
+    """The steps from src's element to c's value, or None when c is not such a chain over its one read of src
+    (earlier: the temporaries written by top-level statements before the contraction, which a row may read)."""
+    stored = earlier | {n for n, t in program.tensors.items() if t.kind == "input"}
     if c.red_op is not None or c.init is None or c.out_index:
         return None
     if program.tensors[c.target].shape != program.tensors[src].shape:
@@ -46,8 +49,9 @@ def parse_chain(op: ConvOp, c, src: str, program) -> tuple[EpiStep, ...] | None:
     out_vars = list(c.out_vars)
     k_var = out_vars[partition_index(op)] if len(out_vars) > partition_index(op) else None
     roles = dict(op.vars)
-    matmul = not any(role in roles for role in ("n", "y", "r", "s"))
-    x_var = out_vars[-1] if matmul and "x" in roles and len(out_vars) == 2 else None  # a matmul's columns
+    # a matmul's columns (batched too: a row shared by every batch index, as a key-padding row over heads)
+    matmul = not any(role in roles for role in ("y", "r", "s"))
+    x_var = out_vars[-1] if matmul and "x" in roles and len(out_vars) == 2 + ("n" in roles) else None
 
     def same_element(e: sx.Access) -> bool:
         return e.fill is None and [plain(m) for m in index_maps(e, c, program)] == out_vars
@@ -58,12 +62,18 @@ def parse_chain(op: ConvOp, c, src: str, program) -> tuple[EpiStep, ...] | None:
             return v if math.isfinite(v) else None
         if not isinstance(e, sx.Access) or e.tensor in (src, c.target) or e.fill is not None:
             return None
-        if program.tensors[e.tensor].kind != "input":  # a temporary may live on chip only (attn_full's z)
+        ids = [plain(m) for m in index_maps(e, c, program)] if len(e.indices) == 1 else None
+        if len(e.indices) == 1 and x_var is not None and ids == [x_var] and e.tensor in stored:
+            # b[j] along a matmul's columns: its row bias (_fold_head), else replicated on every partition once
+            # and applied by a tensor_tensor on the evicted tile (a temporary written before the contraction:
+            # build_rowchain.reads_of counts the epilogue's reads, so a chain producing it stores it)
+            return ("row", e.tensor)
+        if program.tensors[e.tensor].kind != "input":
+            # a column or tensor temporary stays refused: `O / z[i]` on attention's second matmul would hide
+            # the attention from attention_find (attn_full 1.45x -> 2.62x when tried)
             return None
-        if len(e.indices) == 1 and k_var is not None and [plain(m) for m in index_maps(e, c, program)] == [k_var]:
+        if len(e.indices) == 1 and k_var is not None and ids == [k_var]:
             return ("col", e.tensor)
-        if len(e.indices) == 1 and x_var is not None and [plain(m) for m in index_maps(e, c, program)] == [x_var]:
-            return ("row", e.tensor)  # b[j] along a matmul's columns: only as its row bias (_fold_head)
         if program.tensors[e.tensor].shape == program.tensors[c.target].shape and same_element(e):
             return ("tensor", e.tensor)
         return None
@@ -123,11 +133,11 @@ def constant(e: sx.Expr, sizes) -> float | None:
     return float(FUNCTIONS[e.fn](*values)) if len(values) == len(args) else None
 
 
-def try_chain(op: ConvOp, c, src: str, program) -> ConvOp | None:
+def try_chain(op: ConvOp, c, src: str, program, earlier: frozenset[str] = frozenset()) -> ConvOp | None:
     """op with the consumer statement c (reading op's result src) fused onto its eviction, or None."""
     if op.pool is not None:
         return None
-    steps = parse_chain(op, c, src, program)
+    steps = parse_chain(op, c, src, program, earlier)
     if steps is None:
         return None
     dtypes = [program.tensors[n].dtype for n in (op.name,) + op.fused if n in program.tensors]
@@ -136,8 +146,8 @@ def try_chain(op: ConvOp, c, src: str, program) -> ConvOp | None:
         steps = (EpiStep("round", program.tensors[src].dtype, src),) + steps
     elif not op.epilogue:  # (a narrow intermediate is rounded before the residual add, not before a bias)
         op, steps = _fold_head(op, steps, program, all(d == "f32" for d in dtypes))
-    if any(isinstance(s.operand, tuple) and s.operand[0] in ("tensor", "row") for s in steps):
-        return None  # a tensor other than the one residual (its band is the only one loaded), a row not the bias
+    if any(isinstance(s.operand, tuple) and s.operand[0] == "tensor" for s in steps):
+        return None  # a tensor other than the one residual (its band is the only one loaded)
     if steps and op.w_layout == "dw":  # the depthwise kernel evicts with its activation only (DW_CHAIN)
         return None
     at = c.update_line or c.line  # the instructions' `# tl:` line: the statement they compute
@@ -164,8 +174,12 @@ def _fold_head(op: ConvOp, steps: tuple[EpiStep, ...], program, wide: bool
         elif s.kind == "alu" and s.op == "add" and isinstance(value, tuple) and value[0] == "col" and plain_evict \
                 and op.bias is None and op.bias_role == "k":
             op = replace(op, bias=value[1])
+        elif s.kind == "alu" and s.op == "subtract" and s.reverse and isinstance(value, tuple) and value[0] == "col" \
+                and plain_evict and op.bias is None:  # b[k] - v: the factor's sign turned, b the bias column
+            op = replace(op, scale=-op.scale, bias=value[1])
         elif s.kind == "alu" and s.op == "add" and isinstance(value, tuple) and value[0] == "row" and plain_evict \
-                and op.bias is None:  # a linear layer's bias b[j]: broadcast, added on eviction
+                and op.bias is None and "n" not in dict(op.vars):  # a linear layer's bias b[j]: broadcast, added
+            # on eviction (a batched matmul's row stays a chain step: select_conv._bias takes rows unbatched only)
             op = replace(op, bias=value[1], bias_role="x")
         elif s.kind == "alu" and s.op == "add" and isinstance(value, tuple) and value[0] == "tensor" \
                 and op.residual is None and not op.relu and op.clamp is None and op.bias_role == "k" \
@@ -187,7 +201,7 @@ def _fold_head(op: ConvOp, steps: tuple[EpiStep, ...], program, wide: bool
 
 
 def chain_stmts(steps: tuple[EpiStep, ...], src: View, dst: View, column: Callable[[str], View],
-                work: Callable[[str], View], line: int) -> list[Stmt]:
+                work: Callable[[str], View], line: int, row: Callable[[str], View] | None = None) -> list[Stmt]:
     """The steps applied to src's values (an evicted tile, or the PSUM accumulator itself), written into dst: in
     place on dst when it is fp32, else on an fp32 tile (`work(dtype)`: a view of a fresh tile of that dtype, shaped
     as src) with the last instruction writing dst (its store's one rounding); a "round" step passes through a
@@ -221,8 +235,13 @@ def chain_stmts(steps: tuple[EpiStep, ...], src: View, dst: View, column: Callab
         else:
             assert not (isinstance(value, tuple) and value[0] == "tensor")  # (try_chain refuses them)
             assert not isinstance(value, str)  # (a tensor name: round steps only)
-            v: float | View = column(value[1]) if isinstance(value, tuple) else float(value or 0.0)
-            out.append(Scalar(into, cur, s.op, v, line, reverse=s.reverse))
+            if isinstance(value, tuple) and value[0] == "row":  # the replicated row's columns of this tile
+                assert row is not None, "a row operand needs its builder's replicated rows"
+                bc = row(value[1])
+                out.append(Binary(into, bc, cur, s.op, line) if s.reverse else Binary(into, cur, bc, s.op, line))
+            else:
+                v: float | View = column(value[1]) if isinstance(value, tuple) else float(value or 0.0)
+                out.append(Scalar(into, cur, s.op, v, line, reverse=s.reverse))
         cur = into
         i += n
     return out
@@ -239,8 +258,7 @@ def packed(steps: tuple[EpiStep, ...], i: int, column: Callable[[str], View]
         s = steps[j] if j < len(steps) else None
         return s if s is not None and s.kind == kind and s.op == op and not s.reverse else None
     s = at("alu", "multiply")
-    if s is not None and isinstance(s.operand, (float, tuple)) and not (isinstance(s.operand, tuple)
-                                                                        and s.operand[0] == "tensor"):
+    if s is not None and (isinstance(s.operand, float) or isinstance(s.operand, tuple) and s.operand[0] == "col"):
         scale, j = (column(s.operand[1]) if isinstance(s.operand, tuple) else s.operand), j + 1
     s = at("alu", "add")
     if s is not None and isinstance(s.operand, tuple) and s.operand[0] == "col":
@@ -251,10 +269,11 @@ def packed(steps: tuple[EpiStep, ...], i: int, column: Callable[[str], View]
     return (j - i, scale, bias, func) if j - i > 1 or func != "copy" else (1, 1.0, None, "copy")
 
 
-def columns_of(op: ConvOp) -> list[str]:
-    """The vectors the epilogue reads as per-partition columns, once each, in order."""
+def columns_of(op: ConvOp, kind: str = "col") -> list[str]:
+    """The vectors the epilogue reads as per-partition columns (kind "row": as rows replicated on every
+    partition), once each, in order."""
     return list(dict.fromkeys(s.operand[1] for s in op.epilogue
-                              if isinstance(s.operand, tuple) and s.operand[0] == "col"))
+                              if isinstance(s.operand, tuple) and s.operand[0] == kind))
 
 
 def describe(op: ConvOp) -> str:

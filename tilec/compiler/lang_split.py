@@ -444,7 +444,7 @@ def split_self_products(program):
             return [], st
         a, b = reads
         assert isinstance(a, sx.Access) and isinstance(b, sx.Access)
-        if a.tensor != b.tensor or a.indices == b.indices or a.tensor in top_writes:
+        if a.tensor != b.tensor or a.indices == b.indices or a.tensor in top_writes or _gram(st, a, b):
             return [], st
         span = b.span
         fills: list[sx.Stmt] = []
@@ -463,6 +463,17 @@ def split_self_products(program):
         return fills, replace(st, value=substituted(st.value, {id(b): replace(b, tensor=copies[a.tensor])}))
 
     return rechecked(program, decls, hoisted(kernel.body, leaf))
+
+
+def _gram(st: sx.Assign, a: sx.Access, b: sx.Access) -> bool:
+    """`G[.., i, j] += A[.., i, k] * A[.., j, k]` (or A[k, i] A[k, j]): the two reads differ only in the output's
+    last two indices swapped, so the matmul's band of A holds every stationary tile too (build_conv reads it from
+    there: conv_batched.shares_band); no copy."""
+    out = st.target.indices[-2:]
+    if len(out) != 2 or not all(isinstance(ix, sx.Name) for ix in out) or out[0] == out[1]:
+        return False
+    swap = {out[0]: out[1], out[1]: out[0]}
+    return b.indices == tuple(swap.get(ix, ix) for ix in a.indices) and out[0] in a.indices and out[1] in b.indices
 
 
 def split_mixed_broadcasts(program):

@@ -606,7 +606,8 @@ def fuse_epilogues(op: ConvOp, comps, i: int, program, consumed: set[int]) -> Co
             pass
         elif len(reads(nxt)) == 1:
             fused = _try_relu(op, nxt, current, program) or _try_pool(op, nxt, current, program)
-        fused = fused or eviction_fusion.try_chain(op, nxt, current, program)  # (a vector b[k]: a column)
+        earlier = frozenset(c.target for c in comps[:i])  # (a row b[j] may be a temporary written before)
+        fused = fused or eviction_fusion.try_chain(op, nxt, current, program, earlier)  # (b[k]: a column)
         if fused is None and len(reads(nxt)) == 2 and not in_place and not op.epilogue:
             fused = _try_residual(op, nxt, current, program)
         if fused is None and in_place and program.tensors[current].kind != "temp":
