@@ -1,0 +1,118 @@
+"""A sum over a few middle rows with long kept rows after them: the NHWC global average pool
+`Y[n, c] = (sum over i, j of X[n, i, j, c]) / 49` (issue 13).
+
+The column-reduce rule puts the R = 49 summed rows on 49 partitions (a third of the DMA engines and TensorE's rows,
+nhwc23: 4.7x of the floor at batch 8). Here each kept row of F = C elements is cut into s pieces of L = F / s, and
+the R * s pieces go on the partitions: X[n] seen as [R * s, L], one contiguous run of L elements a partition, the
+partition stride uniform (L), so one DMA moves a whole image's columns. A ones stationary [R * s, s] whose column b
+sums the partitions r * s + b adds the R rows on TensorE into PSUM as [s, L] (row b = Y[n, b*L : (b+1)*L]); the
+constant factor is applied as ScalarE evicts, and one store writes s contiguous runs of Y.
+
+    for n: for column chunk ct:      X_tile[R*s, TF] <- X[n] seen [R*s, L][:, ct]
+                                     acc[s, TF] = ones.T @ X_tile      (banks of 512 columns)
+                                     Y_tile[s, TF] = scale * acc       (ScalarE)
+                                     Y[n] seen [s, L][:, ct] <- Y_tile
+"""
+from __future__ import annotations
+
+from tilec.compiler import ir
+from tilec.compiler.build_conv import Fresh
+from tilec.compiler.build_util import a, hbm_view, identity, loop, sl, term
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Buf, Dma, Matmul, Stmt, View, full, whole
+from tilec.compiler.ops import ColumnReduceOp
+from tilec.compiler.schedule import MOVING_FMAX, PMAX
+
+MIN_RUN_BYTES = 512  # a piece's run: below this the DMA descriptors cost more than the bytes (costs.dma_transfer_ns)
+MIN_CHUNKS = 4  # column chunks of one image at least, when the row allows: the next chunk's load overlaps the sums
+MAX_CHUNK_BYTES = 8 * 1024  # per partition of one chunk's tile
+RESIDENT_BYTES = 64 * 1024  # per partition: X kept whole in SBUF, each chunk loaded into its own part (no load
+#                             waits for the sums of the chunk two before it)
+Built = tuple[list[tuple[str, int]], list[Stmt]]
+
+
+def pieces(op: ColumnReduceOp, itemsize: int) -> int:
+    """s: the most pieces of a kept row whose R * s fit the partitions with runs of at least MIN_RUN_BYTES (0: the
+    layout does not apply: a single piece, R over half the partitions, or short rows)."""
+    R, F = op.dim("R"), op.dim("F")
+    best = 0
+    for s in range(2, PMAX // R + 1):
+        if F % s == 0 and F // s * itemsize >= MIN_RUN_BYTES:
+            best = s
+    return best
+
+
+def global_axes_op(op, hbm: dict[str, Buf], scheduled) -> ColumnReduceOp | None:
+    """op when it is a plain sum of one tensor over middle dimensions (a constant factor allowed) that this layout
+    spreads over more partitions than the column-reduce rule's R, with no directive naming it; else None."""
+    if type(op) is not ColumnReduceOp or op.op != "add" or op.expr is not None or op.init != 0.0 \
+            or op.name in scheduled or op.out in scheduled:
+        return None
+    x = hbm[op.src]
+    if op.dim("O") * op.dim("R") * op.dim("F") != _count(x.shape) or pieces(op, DTYPE_BYTES[x.dtype]) == 0:
+        return None
+    return op
+
+
+def chunk_columns(O: int, L: int, itemsize: int) -> int:
+    """TF: the columns of a chunk, a divisor of L: at most MAX_CHUNK_BYTES a partition, and small enough that one
+    image makes MIN_CHUNKS chunks when there are fewer than MIN_CHUNKS images (batch 1: loads overlap the sums)."""
+    want = max(1, MIN_CHUNKS // O)
+    best = 1
+    for tf in range(1, L + 1):
+        if L % tf == 0 and tf * itemsize <= MAX_CHUNK_BYTES and (L // tf >= want or tf * itemsize < MIN_RUN_BYTES):
+            best = tf
+    return best
+
+
+def build_global_axes(op: ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    x, y = hbm[op.src], hbm[op.out]
+    itemsize = DTYPE_BYTES[x.dtype]
+    O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
+    s = pieces(op, itemsize)
+    L = F // s
+    TF = chunk_columns(O, L, itemsize)
+    line, ln = op.line, op.update_line
+    xv, stmts = hbm_view(x, (O, R * s, L), fresh(f"{op.src}_v"), line)
+    yv, st = hbm_view(y, (O, s, L), fresh(f"{op.out}_v"), line)
+    stmts += st
+    ones = Buf(fresh(f"ones_{x.dtype}"), "sbuf", x.dtype, (R * s, s))  # (nc_matmul: both operands fp32 or neither)
+    ident, st = identity(fresh(f"ident_{x.dtype}"), x.dtype, line)
+    stmts += st + [Alloc(ones, line=line)]
+    # column b sums partitions r * s + b: the identity's columns b, b + s, ... added along the free axis (an
+    # engine's access covers a contiguous range of partitions, so the ones cannot be set by a strided view)
+    stmts += [ir.Reduce(View(ones, (full(R * s), sl(b, 1))), View(ident, (sl(0, R * s), sl(b, R, s))), "add", line)
+              for b in range(s)]
+    cols = sl(a(term("ct", TF, "TILE_F")), TF)
+    resident = O * L * itemsize <= RESIDENT_BYTES
+    xt = Buf(fresh(f"{op.src}_all" if resident else f"{op.src}_tile"), "sbuf", x.dtype,
+             (R * s, O, L) if resident else (R * s, TF))
+    res = Buf(fresh(f"{op.out}_all"), "sbuf", y.dtype, (s, O, L))
+    stmts += [Alloc(res, line=ln)] + ([Alloc(xt, line=ln)] if resident else [])
+    body: list[Stmt] = [] if resident else [Alloc(xt, line=ln)]
+    body.append(Dma(View(xt, (full(R * s), a("o"), cols)) if resident else whole(xt),
+                    View(xv, (a("o"), full(R * s), cols)), ln))
+    bank = min(TF, MOVING_FMAX)
+    for k in range(TF // bank):
+        acc = Buf(fresh(f"{op.out}_acc"), "psum", "f32", (s, bank))
+        at = sl(a(term("ct", TF, "TILE_F"), k * bank), bank)
+        moving = View(xt, (full(R * s), a("o"), at)) if resident else View(xt, (full(R * s), sl(k * bank, bank)))
+        body += [Alloc(acc, zero=True, line=ln), Matmul(whole(acc), whole(ones), moving, ln, ones=True),
+                 Act(View(res, (full(s), a("o"), at)), whole(acc), "copy", scale=op.scale, line=ln)]
+    kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
+    nest = loop("ct", L // TF, body, note=f"for {kept} (chunks of TILE_F columns of each of {s} pieces)",
+                line=op.line_of("k0"))
+    outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
+    nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
+    # one store of every image's sums: a store a chunk uses the partitions' DMA engine 0, which the loads share
+    nest.append(Dma(View(yv, (full(O), full(s), full(L)), perm=(1, 0, 2)), whole(res), ln))
+    red = ", ".join(v for role, v in op.vars if role.startswith("r"))
+    what = f"{op.out} = sum over {red} of {op.src}" + (f" * {op.scale:g}" if op.scale != 1.0 else "") + \
+        f" (ones matmul; each row of {F} in {s} pieces, {R * s} partitions)"
+    return [("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
