@@ -25,6 +25,7 @@ from tilec.compiler.schedule import MOVING_FMAX, PMAX
 MIN_RUN_BYTES = 512  # a piece's run: below this the DMA descriptors cost more than the bytes (costs.dma_transfer_ns)
 MIN_CHUNKS = 4  # column chunks of one image at least, when the row allows: the next chunk's load overlaps the sums
 MAX_CHUNK_BYTES = 8 * 1024  # per partition of one chunk's tile
+EVICT_PARTS = 32  # the last 32 partitions: an engine instruction's first partition is 0, 32, 64 or 96
 RESIDENT_BYTES = 64 * 1024  # per partition: X kept whole in SBUF, each chunk loaded into its own part (no load
 #                             waits for the sums of the chunk two before it)
 Built = tuple[list[tuple[str, int]], list[Stmt]]
@@ -35,7 +36,7 @@ def pieces(op: ColumnReduceOp, itemsize: int) -> int:
     layout does not apply: a single piece, R over half the partitions, or short rows)."""
     R, F = op.dim("R"), op.dim("F")
     best = 0
-    for s in range(2, PMAX // R + 1):
+    for s in range(2, min(PMAX // R, EVICT_PARTS) + 1):
         if F % s == 0 and F // s * itemsize >= MIN_RUN_BYTES:
             best = s
     return best
@@ -75,36 +76,43 @@ def build_global_axes(op: ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh) -> 
     xv, stmts = hbm_view(x, (O, R * s, L), fresh(f"{op.src}_v"), line)
     yv, st = hbm_view(y, (O, s, L), fresh(f"{op.out}_v"), line)
     stmts += st
-    ones = Buf(fresh(f"ones_{x.dtype}"), "sbuf", x.dtype, (R * s, s))  # (nc_matmul: both operands fp32 or neither)
+    # the sums land on the last s partitions (stationary columns P - s ..), whose DMA engine the loads of R * s
+    # partitions do not use: each chunk's store runs beside the next loads instead of queueing among them
+    top, low = PMAX - s, PMAX - EVICT_PARTS
+    ones = Buf(fresh(f"ones_{x.dtype}"), "sbuf", x.dtype, (R * s, PMAX))  # (nc_matmul: both fp32 or neither)
     ident, st = identity(fresh(f"ident_{x.dtype}"), x.dtype, line)
-    stmts += st + [Alloc(ones, line=line)]
-    # column b sums partitions r * s + b: the identity's columns b, b + s, ... added along the free axis (an
+    stmts += st + [Alloc(ones, zero=True, line=line)]
+    # column top + b sums partitions r * s + b: the identity's columns b, b + s, ... added along the free axis (an
     # engine's access covers a contiguous range of partitions, so the ones cannot be set by a strided view)
-    stmts += [ir.Reduce(View(ones, (full(R * s), sl(b, 1))), View(ident, (sl(0, R * s), sl(b, R, s))), "add", line)
-              for b in range(s)]
+    stmts += [ir.Reduce(View(ones, (full(R * s), sl(top + b, 1))), View(ident, (sl(0, R * s), sl(b, R, s))), "add",
+                        line) for b in range(s)]
     cols = sl(a(term("ct", TF, "TILE_F")), TF)
     resident = O * L * itemsize <= RESIDENT_BYTES
     xt = Buf(fresh(f"{op.src}_all" if resident else f"{op.src}_tile"), "sbuf", x.dtype,
              (R * s, O, L) if resident else (R * s, TF))
-    res = Buf(fresh(f"{op.out}_all"), "sbuf", y.dtype, (s, O, L))
+    # every image's sums kept (no eviction waits for a store to free its buffer), one store an image (a store a
+    # chunk: each has a fixed cost, ~0.7 us on the model's DMA queue, and they held the evictions back)
+    res = Buf(fresh(f"{op.out}_rows"), "sbuf", y.dtype, (PMAX, O, L))
     stmts += [Alloc(res, line=ln)] + ([Alloc(xt, line=ln)] if resident else [])
     body: list[Stmt] = [] if resident else [Alloc(xt, line=ln)]
     body.append(Dma(View(xt, (full(R * s), a("o"), cols)) if resident else whole(xt),
                     View(xv, (a("o"), full(R * s), cols)), ln))
     bank = min(TF, MOVING_FMAX)
     for k in range(TF // bank):
-        acc = Buf(fresh(f"{op.out}_acc"), "psum", "f32", (s, bank))
+        acc = Buf(fresh(f"{op.out}_acc"), "psum", "f32", (PMAX, bank))
         at = sl(a(term("ct", TF, "TILE_F"), k * bank), bank)
         moving = View(xt, (full(R * s), a("o"), at)) if resident else View(xt, (full(R * s), sl(k * bank, bank)))
+        # (an engine instruction starts at partition 0, 32, 64 or 96: ScalarE evicts the last 32 partitions, at
+        # the cost of its free size, not of its partitions)
         body += [Alloc(acc, zero=True, line=ln), Matmul(whole(acc), whole(ones), moving, ln, ones=True),
-                 Act(View(res, (full(s), a("o"), at)), whole(acc), "copy", scale=op.scale, line=ln)]
+                 Act(View(res, (sl(low, EVICT_PARTS), a("o"), at)), View(acc, (sl(low, EVICT_PARTS), full(bank))),
+                     "copy", scale=op.scale, line=ln)]
     kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
     nest = loop("ct", L // TF, body, note=f"for {kept} (chunks of TILE_F columns of each of {s} pieces)",
                 line=op.line_of("k0"))
+    nest += [Dma(View(yv, (a("o"), full(s), full(L))), View(res, (sl(top, s), a("o"), full(L))), ln)]
     outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
     nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
-    # one store of every image's sums: a store a chunk uses the partitions' DMA engine 0, which the loads share
-    nest.append(Dma(View(yv, (full(O), full(s), full(L)), perm=(1, 0, 2)), whole(res), ln))
     red = ", ".join(v for role, v in op.vars if role.startswith("r"))
     what = f"{op.out} = sum over {red} of {op.src}" + (f" * {op.scale:g}" if op.scale != 1.0 else "") + \
         f" (ones matmul; each row of {F} in {s} pieces, {R * s} partitions)"
