@@ -16,6 +16,7 @@ constant factor is applied as ScalarE evicts, and one store writes s contiguous 
 from __future__ import annotations
 
 from tilec.compiler import ir
+from tilec.compiler.build_colreduce import STACK_ALIGN, kept_tile, outer_op
 from tilec.compiler.build_conv import Fresh
 from tilec.compiler.build_util import a, hbm_view, identity, loop, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Buf, Dma, Matmul, Stmt, View, full, whole
@@ -49,8 +50,12 @@ def global_axes_op(op, hbm: dict[str, Buf], scheduled) -> ColumnReduceOp | None:
             or op.name in scheduled or op.out in scheduled:
         return None
     x = hbm[op.src]
-    if op.dim("O") * op.dim("R") * op.dim("F") != _count(x.shape) or pieces(op, DTYPE_BYTES[x.dtype]) == 0:
+    O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
+    if O * R * F != _count(x.shape) or pieces(op, DTYPE_BYTES[x.dtype]) == 0:
         return None
+    if R % STACK_ALIGN == 0 or outer_op(op, x.dtype) or kept_tile(O, R, F, x.dtype, True, False) is not None:
+        return None  # build_colreduce's own layouts: o's stacked or rows paired (R a multiple of 32, where engine
+        #              instructions may start), few rows with long kept rows, an outer sum
     return op
 
 
