@@ -26,9 +26,9 @@ def average(dtype: str, sizes: dict[str, int], tail: str = "/ 25") -> str:
                                                               f"    Y[n, c] = S[n, c] {tail}"]) + "\n"
 
 
-def run(source: str, dtype: str, out: str, factor: float, seed: int = 5) -> str:
+def run(source: str, dtype: str, out: str, factor: float, seed: int = 5, nki: str = "0.6") -> str:
     prog = lang.load(source)
-    compiled = compile_loaded(prog, None, "0.6")
+    compiled = compile_loaded(prog, None, nki)
     x = np.random.default_rng(seed).standard_normal(prog.tensors["X"].shape).astype(NP[dtype])
     got = compiled.run(X=x)[out]
     want = x.astype(np.float64).sum(axis=(1, 2)) * factor
@@ -53,6 +53,11 @@ def test_product_factor_and_plain_sum():
     sizes = dict(N=2, H=5, W=5, C=256)
     run(average("f32", sizes, "* 0.5"), "f32", "Y", 0.5)
     assert "pieces on the partitions" in run(average("f32", sizes, ""), "f32", "S", 1.0)
+
+
+def test_nki_01():
+    assert "pieces on the partitions" in run(average("bf16", dict(N=2, H=3, W=3, C=512)), "bf16", "Y", 1 / 25,
+                                             nki="0.1")
 
 
 def test_short_rows_keep_the_column_rule():
