@@ -64,3 +64,12 @@ def test_short_rows_keep_the_column_rule():
     """Kept rows too short for runs of 512 bytes a piece: the column-reduce rule, still the right numbers."""
     source = run(average("f32", dict(N=2, H=5, W=5, C=64)), "f32", "Y", 1 / 25)
     assert "pieces on the partitions" not in source
+
+
+def test_streamed_when_not_resident(monkeypatch):
+    """X and the sums larger than the resident budget: a tile a chunk, a row of sums an image (the budget lowered so
+    small shapes take that path)."""
+    from tilec.compiler import build_global_axes
+    monkeypatch.setattr(build_global_axes, "RESIDENT_BYTES", 1024)
+    source = run(average("f32", dict(N=3, H=5, W=5, C=1024)), "f32", "Y", 1 / 25)
+    assert "X_tile" in source and "X_all" not in source

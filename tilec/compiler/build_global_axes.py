@@ -19,7 +19,7 @@ from tilec.compiler import ir
 from tilec.compiler.build_colreduce import STACK_ALIGN, kept_tile, outer_op
 from tilec.compiler.build_conv import Fresh
 from tilec.compiler.build_util import a, hbm_view, identity, loop, sl, term
-from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Buf, Dma, Matmul, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Scalar, Buf, Dma, Matmul, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp
 from tilec.compiler.schedule import MOVING_FMAX, PMAX
 
@@ -70,6 +70,14 @@ def chunk_columns(O: int, L: int, itemsize: int) -> int:
     return best
 
 
+def evict(dst: View, src: View, scale: float, k: int, dtype: str, line: int) -> Stmt:
+    """PSUM -> SBUF with the factor: ScalarE, or for 16-bit sources every other bank on VectorE (TensorE streams
+    16-bit columns faster than one engine evicts them)."""
+    if dtype != "f32" and k % 2:
+        return Scalar(dst, src, "multiply", scale, line)
+    return Act(dst, src, "copy", scale=scale, line=line)
+
+
 def build_global_axes(op: ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     x, y = hbm[op.src], hbm[op.out]
     itemsize = DTYPE_BYTES[x.dtype]
@@ -95,10 +103,13 @@ def build_global_axes(op: ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh) -> 
     resident = O * L * itemsize <= RESIDENT_BYTES
     xt = Buf(fresh(f"{op.src}_all" if resident else f"{op.src}_tile"), "sbuf", x.dtype,
              (R * s, O, L) if resident else (R * s, TF))
-    # every image's sums kept (no eviction waits for a store to free its buffer), one store an image (a store a
-    # chunk: each has a fixed cost, ~0.7 us on the model's DMA queue, and they held the evictions back)
-    res = Buf(fresh(f"{op.out}_rows"), "sbuf", y.dtype, (PMAX, O, L))
-    stmts += [Alloc(res, line=ln)] + ([Alloc(xt, line=ln)] if resident else [])
+    # every image's sums kept where they fit (no eviction waits for a store to free its buffer: b8 f32 17.1 ->
+    # 14.5 us), one store an image (a store has a fixed cost on the model's DMA queue, ~0.8 us: one a chunk held
+    # the evictions back; groups of 2 to 8 images a store were slower: 14.8 - 17.0 us)
+    once = O * L * DTYPE_BYTES[y.dtype] <= RESIDENT_BYTES
+    res = Buf(fresh(f"{op.out}_rows"), "sbuf", y.dtype, (PMAX, O, L) if once else (PMAX, 1, L))
+    r_o = a("o") if once else a()
+    stmts += ([Alloc(xt, line=ln)] if resident else []) + ([Alloc(res, line=ln)] if once else [])
     body: list[Stmt] = [] if resident else [Alloc(xt, line=ln)]
     body.append(Dma(View(xt, (full(R * s), a("o"), cols)) if resident else whole(xt),
                     View(xv, (a("o"), full(R * s), cols)), ln))
@@ -107,15 +118,16 @@ def build_global_axes(op: ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh) -> 
         acc = Buf(fresh(f"{op.out}_acc"), "psum", "f32", (PMAX, bank))
         at = sl(a(term("ct", TF, "TILE_F"), k * bank), bank)
         moving = View(xt, (full(R * s), a("o"), at)) if resident else View(xt, (full(R * s), sl(k * bank, bank)))
-        # (an engine instruction starts at partition 0, 32, 64 or 96: ScalarE evicts the last 32 partitions, at
-        # the cost of its free size, not of its partitions)
+        # (an engine instruction starts at partition 0, 32, 64 or 96: the last 32 partitions are evicted, at the
+        # cost of the free size, not of the partitions)
+        dst, src = View(res, (sl(low, EVICT_PARTS), r_o, at)), View(acc, (sl(low, EVICT_PARTS), full(bank)))
         body += [Alloc(acc, zero=True, line=ln), Matmul(whole(acc), whole(ones), moving, ln, ones=True),
-                 Act(View(res, (sl(low, EVICT_PARTS), a("o"), at)), View(acc, (sl(low, EVICT_PARTS), full(bank))),
-                     "copy", scale=op.scale, line=ln)]
+                 evict(dst, src, op.scale, k, x.dtype, ln)]
     kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
-    nest = loop("ct", L // TF, body, note=f"for {kept} (chunks of TILE_F columns of each of {s} pieces)",
-                line=op.line_of("k0"))
-    nest += [Dma(View(yv, (a("o"), full(s), full(L))), View(res, (sl(top, s), a("o"), full(L))), ln)]
+    nest = ([] if once else [Alloc(res, line=ln)]) + \
+        loop("ct", L // TF, body, note=f"for {kept} (chunks of TILE_F columns of each of {s} pieces)",
+             line=op.line_of("k0"))
+    nest.append(Dma(View(yv, (a("o"), full(s), full(L))), View(res, (sl(top, s), r_o, full(L))), ln))
     outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
     nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
     red = ", ".join(v for role, v in op.vars if role.startswith("r"))
