@@ -73,3 +73,15 @@ def test_streamed_when_not_resident(monkeypatch):
     monkeypatch.setattr(build_global_axes, "RESIDENT_BYTES", 1024)
     source = run(average("f32", dict(N=3, H=5, W=5, C=1024)), "f32", "Y", 1 / 25)
     assert "X_tile" in source and "X_all" not in source
+
+
+def test_fused_factor_on_the_column_rule():
+    """A sum of squares over the middle dimensions (an expression: the column-reduce rule's, not the pieces) with
+    the divide after it fused as the op's factor (global_axes.fuse_reduce_divide): no second nest, NumPy's numbers."""
+    text = average("f32", dict(N=2, H=5, W=5, C=256)).replace("+= X[n, i, j, c]", "+= X[n, i, j, c] * X[n, i, j, c]")
+    prog = lang.load(text)
+    compiled = compile_loaded(prog, None, "0.6")
+    x = np.random.default_rng(7).standard_normal(prog.tensors["X"].shape).astype(np.float32)
+    want = (x.astype(np.float64) ** 2).sum(axis=(1, 2)) / 25
+    assert_matches(prog, "Y", compiled.run(X=x)["Y"], want)
+    assert "pieces on the partitions" not in compiled.source and "S = nl.ndarray" not in compiled.source
