@@ -21,6 +21,7 @@ from tilec.compiler.build_conv import Fresh
 from tilec.compiler.build_util import a, hbm_view, identity, loop, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Scalar, Buf, Dma, Matmul, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp
+from tilec.compiler.pool_axes import prod
 from tilec.compiler.schedule import MOVING_FMAX, PMAX
 
 MIN_RUN_BYTES = 512  # a piece's run: below this the DMA descriptors cost more than the bytes (costs.dma_transfer_ns)
@@ -51,7 +52,7 @@ def global_axes_op(op, hbm: dict[str, Buf], scheduled) -> ColumnReduceOp | None:
         return None
     x = hbm[op.src]
     O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
-    if O * R * F != _count(x.shape) or pieces(op, DTYPE_BYTES[x.dtype]) == 0:
+    if O * R * F != prod(x.shape) or pieces(op, DTYPE_BYTES[x.dtype]) == 0:
         return None
     if R % STACK_ALIGN == 0 or outer_op(op, x.dtype) or kept_tile(O, R, F, x.dtype, True, False) is not None:
         return None  # build_colreduce's own layouts: o's stacked or rows paired (R a multiple of 32, where engine
@@ -135,9 +136,3 @@ def build_global_axes(op: ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh) -> 
         f" (ones matmul; each row of {F} in {s} pieces, {R * s} partitions)"
     return [("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
 
-
-def _count(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
