@@ -217,7 +217,7 @@ def chain_note(part: Chain, ops: tuple, program, target: Target) -> str:
 
 
 FUSERS: tuple[Callable[[Site, int], Fused | None], ...] = (
-    _global, _global_axes, _attention, _mlp, _halo, _column_chain, _row_chain, _psum_row, _mobilenet_block)
+    _global, _attention, _mlp, _halo, _column_chain, _row_chain, _psum_row, _mobilenet_block, _global_axes)
 
 
 def fuse(s: Site, i: int) -> Fused | None:
