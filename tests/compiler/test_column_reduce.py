@@ -126,14 +126,15 @@ STACKED = """kernel midmean(A: {dtype}[B, M, N]{extra}) -> s
 @pytest.mark.parametrize("b,m,n,dtype,out,init,k,w", [
     (8, 64, 1024, "f32", "f32", "0", 4, 2), (4, 64, 4096, "bf16", "bf16", "0", 2, 4),
     (6, 32, 512, "bf16", "f32", "0", 3, 1), (8, 32, 96, "f32", "bf16", "c[b, n]", 4, 1),
-    (3, 64, 512, "f32", "f32", "0", 1, 1), (4, 48, 512, "f32", "f32", "0", 1, 1),
+    (3, 64, 512, "f32", "f32", "0", 1, 1), (4, 48, 128, "f32", "f32", "0", 1, 1),
     (4, 128, 2048, "bf16", "f32", "0", 1, 4), (1, 128, 2048, "f32", "f32", "0", 1, 1)])
 def test_middle_means_stack_several_os_on_the_partitions(b, m, n, dtype, out, init, k, w):
     """A middle mean whose reduced rows fill at most half the partitions (M = 64, 32) sums K o's per step: K * M
     partitions, a block-diagonal (K * M, K) ones matrix, one (K, TILE_F) store, and loads W PSUM banks' worth of
     columns at once (one matmul per bank); O = 3 (no divisor) and M = 48 (blocks would start off a multiple of 32)
-    keep one o per step. M = 128 fills the partitions alone: wide loads still (not for one fp32 o). fp32 rows go
-    two to a partition when one row tile holds an o (build_colreduce.row_pairs): M = 64 stacks 4 o's."""
+    keep one o per step (N = 128: rows too short for build_global_axes.py's pieces). M = 128 fills the partitions
+    alone: wide loads still (not for one fp32 o). fp32 rows go two to a partition when one row tile holds an o
+    (build_colreduce.row_pairs): M = 64 stacks 4 o's."""
     extra = ", c: f32[B, N]" if init != "0" else ""
     c = compile_text(STACKED.format(b=b, m=m, n=n, dtype=dtype, out=out, init=init, extra=extra))
     assert re.search(rf"s_acc = nl\.\w+\(\({k}, ", numbered(c.source)), numbered(c.source)

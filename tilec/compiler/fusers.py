@@ -11,6 +11,7 @@ from typing import AbstractSet, Callable
 
 from tilec.compiler import (build_attention, build_mbblock, build_mlp, build_psumrow, build_tconv, build_tconv_pad, ir,
                             passes, placement)
+from tilec.compiler.build_global_axes import build_global_axes, global_axes_op
 from tilec.compiler.build_colchain import build_column_chain, psum_fits, stage_b
 from tilec.compiler.build_halo import build_halo, shifted_group
 from tilec.compiler.build_rowchain import fit_chain, reads_of
@@ -76,6 +77,16 @@ def _global(s: Site, i: int) -> Fused | None:
     built = build_global_pool(pooled, s.ops, i, s.hbm, lambda base: s.names.fresh(base, f"global:{last.out}"))
     span = range(i, i + pooled.ops)
     return Fused("global pool", {last.out}, built, last.out, frozenset(span), [s.ops[j].name for j in span])
+
+
+def _global_axes(s: Site, i: int) -> Fused | None:
+    """A sum over a few middle rows with long rows after them (the NHWC global average pool): each row cut into
+    pieces on the partitions (build_global_axes.py)."""
+    op = global_axes_op(s.ops[i], s.hbm, s.scheduled)
+    if op is None:
+        return None
+    built = build_global_axes(op, s.hbm, lambda base: s.names.fresh(base, f"pieces:{op.out}"))
+    return Fused("pieces", {op.out}, built, op.out, frozenset({i}), [op.name])
 
 
 def _attention(s: Site, i: int) -> Fused | None:
@@ -216,6 +227,9 @@ def chain_note(part: Chain, ops: tuple, program, target: Target) -> str:
         return build_mlp.note(ops, chain, hbm, sbuf_budget(target))
     if kind == "global pool":
         return global_note(chain)
+    if kind == "pieces":
+        return f"# {chain[0]}: a sum over middle rows, each kept row cut into pieces on the partitions " \
+            "(build_global_axes.py; a directive on it builds it as a column sum)"
     if kind == "column chain":
         return f"# fused column chain {', '.join(chain)}: blocks of columns of every row kept in SBUF, the source " \
             "read once (build_colchain.py; a directive on one builds them apart)"
@@ -233,7 +247,7 @@ def chain_note(part: Chain, ops: tuple, program, target: Target) -> str:
 
 
 FUSERS: tuple[Callable[[Site, int], Fused | None], ...] = (
-    _global, _attention, _mlp, _halo, _column_chain, _row_chain, _psum_row, _mobilenet_block, _tconv)
+    _global, _attention, _mlp, _halo, _column_chain, _row_chain, _psum_row, _mobilenet_block, _tconv, _global_axes)
 
 
 def fuse(s: Site, i: int) -> Fused | None:

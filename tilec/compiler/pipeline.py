@@ -713,7 +713,7 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[fusers.Chain], t
                 f"# {op.name}: rules.{rule} expands its plan into"  # a copy has no plan (no parameters)
             out += [head] + [f"#   {p}" for p in prims]
         elif type(op) is ReduceOp and op.name not in in_chain and reduce_rule(op, plan, program, target) or \
-                type(op) is ColumnReduceOp and colreduce_rule(op, plan, program, target):
+                type(op) is ColumnReduceOp and op.name not in in_chain and colreduce_rule(op, plan, program, target):
             out += [f"# {op.name}: rules.{'reduce' if type(op) is ReduceOp else 'colreduce'} expands its plan into"]
             out += [f"#   {p}" for p in scheduled_nest(op, plan, program, target)[1]]
         elif type(op) is ColumnReduceOp and op.op != "add":

@@ -32,7 +32,7 @@ from tilec.compiler.fn_chain import syntax_fused
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.lower import Comp, size_value
 from tilec.compiler.names import unique
-from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, index_maps,
+from tilec.compiler.ops import (ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, index_maps,
                                 is_permutation, plain, reject)
 from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
 from tilec.compiler import permute_onchip
@@ -42,6 +42,7 @@ from tilec.compiler import eviction_fusion
 from tilec.compiler.select_conv import (fold_operand_relu, fuse_epilogues, grouped_conv, select_conv, split_sign,
                                          ungroup, ungroup_single)
 from tilec.compiler.select_pool import fuse_pool_divide, select_pool
+from tilec.compiler.global_axes import fuse_reduce_divide
 from tilec.compiler.select_reduce import is_row_reduction, select_reduce
 from tilec.errors import TilecError
 from tilec.target import compiled
@@ -74,6 +75,8 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
                 raise err from None  # a contraction or an element-wise op reads its operands through reshaped views
         if isinstance(op, PoolOp):
             op = fuse_pool_divide(op, comps, i, program, consumed)
+        if isinstance(op, ColumnReduceOp):
+            op = fuse_reduce_divide(op, comps, i, program, consumed)
         if isinstance(op, ConvOp):
             fold_operand_relu(ops, comps, comp, program, op)
             op = fuse_epilogues(op, comps, i, program, consumed)
