@@ -231,6 +231,8 @@ class _ConvBuilder:
         self.pairs: list[tuple[int, int]] = []
         self.g0 = 0  # the band row (pair) the group being built starts at, past g's (conv_split.split_groups)
         self.tag = ""  # appended to the names of its accumulator and eviction tiles (their rows differ)
+        self.acc_in: tuple[Buf, int] | None = None  # a PSUM tile the group sums into from a row on (half_groups)
+        self.g_step = 0  # rows (pairs) from group g to g + 1 where not the plan's rows (half_groups: a group's part)
         self.phased = False  # band halves as even and odd output rows (below)
         self.NR, self.hstep = 0, 0  # band halves: row copies per column copy, first copy of half 1
         if self.halves:
@@ -681,6 +683,11 @@ class _ConvBuilder:
         self.band_tag = ""
         return conv_spread.ahead(parts) if ahead else [s for p in parts for s in p]
 
+    @property
+    def g_rows(self) -> int:
+        """Rows (pairs) from group g to g + 1: the plan's, or the whole group's while half_groups builds a part."""
+        return self.g_step or self.p.rows
+
     def slot_of(self, band: int) -> int:
         """Band slot of band `band` (of an image): a first band's own (conv_halo.fixed_slots), else the shared
         slots in turn from the first band without its own."""
@@ -723,8 +730,12 @@ class _ConvBuilder:
         if conv_split.splits(self):  # the kernel's last band in two groups, each stored once evicted
             return loads + [Alloc(ob, line=line)] + conv_split.split_groups(self, ob)
         if self.pair > 1:  # partition h*K + k, row i of the band: row 2i + h of the output (one DMA)
-            stores = conv_pairs.regroup_store(self, ob) if conv_pairs.regroup_band(self) else [
+            regroup = conv_pairs.regroup_band(self)
+            stores = conv_pairs.regroup_store(self, ob) if regroup else [
                 Dma(conv_pairs.rows_view(self, self.o5), whole(ob), line)]
+            if regroup and conv_split.splits_half(self):
+                group = loop(V["g"], self.G, conv_split.half_groups(self),
+                             note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
             return loads + [Alloc(ob, line=line)] + group + conv_epilogue.band_relu(self, ob) + stores
         if self.group_stores():
             rows = sl(a(term(V["g"], p.rows, self.cn["rows"])), p.rows)
@@ -755,9 +766,11 @@ class _ConvBuilder:
 
     def group(self) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
-        acc = Buf(self.fresh(f"{op.name}_acc{self.tag}"), "psum", "f32", (self.PK, p.rows, p.tile_x))
-        accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == self.dup == 1 else full(self.PK), full(p.rows),
-                          full(p.tile_x)))
+        acc = Buf(self.fresh(f"{op.name}_acc{self.tag}"), "psum", "f32", (self.PK, p.rows, p.tile_x)) \
+            if self.acc_in is None else self.acc_in[0]
+        accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == self.dup == 1 else full(self.PK),
+                          full(p.rows) if self.acc_in is None else sl(self.acc_in[1], p.rows), full(p.tile_x)))
+        alloc = [Alloc(acc, zero=True, line=line)] if self.acc_in is None else []  # (half_groups allocates it)
         r, s = V["r"], V["s"]
         local = p.hoist_w == "k" and not conv_batched.w_per_image(self)
         wt = self.wt_buf(local)
@@ -767,7 +780,8 @@ class _ConvBuilder:
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
         tap_r, tap_s = term(r, self.dy), term(s, self.dx)  # a dilated window steps its taps by the dilation
         # (stacked bands: group g's rows start at row 0 of its partition half)
-        first = a(tap_r) if self.stack else a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r, self.g0 * sy)
+        first = a(tap_r) if self.stack else a(self.step(V["g"], self.g_rows, self.cn["rows"], sy), tap_r,
+                                                         self.g0 * sy)
         if self.src_chip is not None:  # the image in SBUF is read at the band's rows (a loaded band starts at 0)
             first = first.plus(self.y_at(p.band * sy, self.cn["band"] if sy == 1 else ""))
         rows = sl(first, p.rows, sy, self.cn["rows"] if sy == 1 else "")
@@ -800,17 +814,17 @@ class _ConvBuilder:
         if op.w_layout == "dw":
             return build_depthwise.depthwise_taps(self)
         if self.halves:
-            return [Alloc(acc, zero=True, line=line)] + conv_pairs.matmul_halves(self, accv, wt) + self.epilogue(accv)
+            return alloc + conv_pairs.matmul_halves(self, accv, wt) + self.epilogue(accv)
         if self.pair > 1:
-            return [Alloc(acc, zero=True, line=line)] + conv_pairs.matmuls_paired(self, accv, wt) + self.epilogue(accv)
+            return alloc + conv_pairs.matmuls_paired(self, accv, wt) + self.epilogue(accv)
         if self.fold > 1:
-            return [Alloc(acc, zero=True, line=line)] + \
+            return alloc + \
                 conv_vpair.matmuls(self, conv_fold.matmuls_folded(self, accv, wt, kidx)) + self.epilogue(accv)
         if self.kv is None and conv_spread.spreads_plain(self, self.ks):  # the remainder's taps spread
-            return [Alloc(acc, zero=True, line=line)] + conv_spread.matmul_plain(self, accv) + self.epilogue(accv)
+            return alloc + conv_spread.matmul_plain(self, accv) + self.epilogue(accv)
         if self.col0 != self.ox:  # a plain band of X's own columns (build_conv_cols)
-            return [Alloc(acc, zero=True, line=line)] + build_conv_cols.taps(self, matmul) + self.epilogue(accv)
-        return [Alloc(acc, zero=True, line=line)] + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
+            return alloc + build_conv_cols.taps(self, matmul) + self.epilogue(accv)
+        return alloc + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
 
     def epilogue(self, acc: View) -> list[Stmt]:
         p, V = self.p, self.var
@@ -819,7 +833,7 @@ class _ConvBuilder:
         rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
         band, slot = (self.o_tiles, (self.tile_index(self.kv, self.KT),)) if self.o_tiles is not None else \
             (self.o_band, ())  # a batched matmul's band holds a slot per out-channel tile (tiles_band)
-        dst = View(band, (kp,) + slot + (sl(a(term(V["g"], rows_o, rname), self.g0), rows_o),
+        dst = View(band, (kp,) + slot + (sl(a(term(V["g"], self.g_rows // self.wy, rname), self.g0), rows_o),
                                          sl(a(term(V["x"], cols_o, cname)), cols_o)))
         if self.dup > 1:  # each copy of the output channels to its copy of the image, at its shift
             return [st for dst, src, kp in conv_fold.chip_copies(self, acc) for st in conv_epilogue.evict_chain(

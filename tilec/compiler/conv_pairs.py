@@ -242,10 +242,10 @@ def matmuls_paired(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
     for g, (u, s) in order:
         copies = 2 if any(j == 1 for j, _, _ in pair_blocks(u, b.R)) else 1  # a copy with no tap stays out
         parts = sl(0, copies * C)
-        rows = sl(a(term(V["g"], 2 * p.rows), u + 2 * b.g0), p.rows, 2)  # (g0: conv_split's first pair)
+        rows = sl(a(term(V["g"], 2 * b.g_rows), u + 2 * b.g0), p.rows, 2)  # (g0: conv_split's first pair)
         if b.src_chip is not None:  # a paired image holds only the rows the pairs read: index b / 2
             assert b.src_chip.paired and u % 2 == 0
-            rows = sl(a(term(V["g"], p.rows), u // 2 + b.g0).plus(b.y_at(p.band // 2)), p.rows)
+            rows = sl(a(term(V["g"], b.g_rows), u // 2 + b.g0).plus(b.y_at(p.band // 2)), p.rows)
         cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], b.sx), s * b.dx), p.tile_x, b.sx,
                   b.cn["x"] if b.sx == 1 else "")
         acc = accv
@@ -398,7 +398,7 @@ def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
     # sooner than with both phases on VectorE). Each engine's pairs of a phase have a PSUM tile (a bank) of their
     # own, made by a matmul of their own: VectorE and ScalarE reading one PSUM bank at once collide (ARCH3,
     # tilec/target.py Exclusion; model, bf16 conv3x3same batch 1: 23.56 -> 23.39 us, batch 8: 56.51 -> 56.40 us)
-    cut = quarter // 2
+    cut = regroup_cut(b)
     parts = [(lo, n, scalar) for lo, n, scalar in ((0, cut, False), (cut, quarter - cut, True)) if n]
     accs = {(h, lo): Buf(b.fresh(f"{b.op.out}_phase{h}{'_act' if scalar else ''}"), "psum", "f32", (2 * K, n, W))
             for lo, n, scalar in parts for h in range(2)}
@@ -408,6 +408,12 @@ def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
 
 
 _Parts = list[tuple[int, int, bool]]
+
+
+def regroup_cut(b: _ConvBuilder) -> int:
+    """The pairs of a half band regroup_store moves in its first part (VectorE's), the rest in the second
+    (ScalarE's); conv_split.half_groups cuts the band's second group there."""
+    return b.p.band // 4 // 2
 
 
 def _evict(dst: View, src: View, scalar: bool, line: int) -> Stmt:

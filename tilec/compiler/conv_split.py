@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from tilec.compiler import conv_epilogue, conv_pairs
 from tilec.compiler.build_util import a, drop_var, sl
-from tilec.compiler.ir import DTYPE_BYTES, Act, Buf, Dma, Stmt, View, full
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Buf, Dma, Stmt, View, full
 from tilec.target import compiled
 
 if TYPE_CHECKING:
@@ -69,17 +69,57 @@ def split_groups(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
     """The band's rows as two groups, the first of ceil(rows / 2): each its own PSUM tile, matmuls, eviction into
     its rows of the output band ob and store. The plan's rows stand for the group's while it is built (its
     ROWS constant names the other bands' groups: the group's slices print numbers)."""
-    plan, names, out = b.p, b.cn, []
+    plan, out = b.p, []
     first = -(-int(plan.rows) // 2)  # (plain numbers: a group's rows are not the ROWS constant's)
     for lo, n, tag in ((0, first, "_head"), (first, int(plan.rows) - first, "_tail")):
-        b.p, b.g0, b.tag, b.cn = replace(plan, rows=n), lo, tag, {**names, "rows": ""}
-        out += drop_var(drop_var(tuple(b.group()), b.var["g"]), b.var["x"])
+        out += _group_at(b, lo, n, tag)
         part = View(ob, (b.part(b.ks, plan.tile_k) if b.pair == 1 else full(b.PK), sl(lo, n), full(ob.shape[2])))
         if conv_epilogue.relu_per_band(b):
             out.append(Act(part, part, "relu", None, 1.0, b.L["relu"]))
         out.append(Dma(_store_view(b, plan, lo, n), part, b.line))
-    b.p, b.g0, b.tag, b.cn = plan, 0, "", names
     return out
+
+
+def _group_at(b: _ConvBuilder, lo: int, n: int, tag: str, drop: bool = True) -> list[Stmt]:
+    """One accumulation group of band rows (pairs) lo..lo + n: its PSUM tile, matmuls and eviction, the group and
+    column-tile loops gone (`drop`; else rows lo.. of group g). The plan's rows stand for the group's while it is
+    built."""
+    plan, names = b.p, b.cn
+    b.p, b.g0, b.tag, b.cn = replace(plan, rows=n), lo, tag, {**names, "rows": ""}
+    out = list(b.group())
+    b.p, b.g0, b.tag, b.cn = plan, 0, "", names
+    return list(drop_var(drop_var(tuple(out), b.var["g"]), b.var["x"])) if drop else out
+
+
+def splits_half(b: _ConvBuilder) -> bool:
+    """Whether a band regrouped on TensorE for its store (conv_pairs.regroup_band) sums each group in two parts,
+    cut where the regroup's parts are (conv_pairs.regroup_cut): two groups a band, each a half band, whole width;
+    and the regroup's crossing form (a batch's images but the last), whose selection matmuls read half 1 part by
+    part. The last image's (and batch 1's) form sums both halves in each selection matmul, so its first waits for
+    half 1's second part anyway: there the cut only adds instructions (bf16 conv3x3same and resnet_block batch 1
+    and 8 unchanged on trn2; the block on trn1 31.7 -> 31.8 us at batch 1, 78.3 -> 78.4 at batch 8)."""
+    return (b.N > 1 and not b.last_image and b.XT == 1 and b.p.rows == b.p.band // 4
+            and 0 < conv_pairs.regroup_cut(b) < b.p.rows)
+
+
+def half_groups(b: _ConvBuilder) -> list[Stmt]:
+    """The body of a regrouped band's group loop: the group's pairs summed as two parts of one PSUM tile (a bank, as
+    the group's tile), cut where the regroup's PSUM parts are, each part evicted once summed. The regroup moves
+    half 1 (the second group) in two selection matmuls, one per part; with the group one sum, the first of them
+    waited for the group's whole eviction (ScalarE, 0.41 us at bf16 56 x 56) and TensorE stood idle 0.24 us every
+    image (conv3x3same bf16 batch 8: 1.9 us of 55.2). Cut, the first part is evicted while TensorE sums the
+    second, and the second part's eviction runs beside the regroup's first three selection matmuls. Both groups
+    are cut so the band keeps its loop (one PSUM allocation site: the model rotates a site's tiles through the
+    banks, tilec/perf/schedule.psum_banks)."""
+    rows, cut = int(b.p.rows), conv_pairs.regroup_cut(b)
+    acc = Buf(b.fresh(f"{b.op.name}_acc"), "psum", "f32", (b.PK, rows, b.p.tile_x))
+    out: list[Stmt] = [Alloc(acc, zero=True, line=b.line)]
+    b.g_step = rows
+    for lo, n in ((0, cut), (cut, rows - cut)):
+        b.acc_in = (acc, lo)
+        out += _group_at(b, lo, n, "", drop=False)
+    b.acc_in, b.g_step = None, 0
+    return list(drop_var(tuple(out), b.var["x"]))
 
 
 def _store_view(b: _ConvBuilder, plan, lo: int, n: int) -> View:

@@ -145,10 +145,22 @@ def pairs(z: ConvSizes) -> bool:
 def pairs_plan(z: ConvSizes) -> ConvPlan:
     band = pair_band(z)
     rows = best_divisor(band // 2, z.max_rows)
-    if not halves(z.op):  # row pairs: one matmul group per band (two with 16-bit operands, see the rule)
+    # row pairs: one matmul group per band (two with 16-bit operands, see the rule), unless its groups are small
+    # (few_pairs): then the band stays, several groups long
+    if not halves(z.op) and not few_pairs(z, rows):
         groups = 2 if z.elem < 4 and band % (4 * rows) == 0 else 1
         band = 2 * groups * rows
     return replace(folded_plan(z), pair=2, band=band, rows=rows)
+
+
+def few_pairs(z: ConvSizes, rows: int) -> bool:
+    """Whether a row-pair band's groups of `rows` pairs are too small to give each its own band: one pair (bands of
+    2 rows: a band's DMAs move a few KB each), or, with 16-bit operands (DMA-bound, not TensorE), under half the
+    pairs a matmul takes. A prime count of pairs per band does it: bf16 conv3x3same 52 x 52 batch 8 (13 pairs a
+    26-row band, at most 9 of 52 columns a matmul) 271.1 -> 58.5 us on the model, f32 277.0 -> 198.5; 14 x 100
+    (7 pairs, at most 5) bf16 79.3 -> 37.4, f32 99.8 -> 90.8; 28 x 100 (2-pair groups) bf16 86.9 -> 52.9 (f32 kept:
+    155.4, 160.3 with its band kept, the per-group stores of a TensorE-bound fp32 band pipelining better)."""
+    return rows == 1 or z.elem < 4 and 2 * rows < z.max_rows
 
 
 def strided_folded(z: ConvSizes) -> bool:
