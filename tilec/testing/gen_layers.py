@@ -156,7 +156,7 @@ def axpool(rng: random.Random, nm: Names) -> Case:
 def bnorm(rng: random.Random, nm: Names) -> Case:
     """A per-channel affine map of [N, C, H, W] (or [N, C, L], [C, H, W]), C mostly below a partition tile: batch
     norm at inference from its four statistics (|var|: the inputs are uniform in [-1, 1)), its folded scale and shift, or a layer scale; relu now and then."""
-    shape = rng.choice(["nchw", "nchw", "ncl", "chw"])
+    shape = rng.choice(["nchw", "nchw", "ncl", "chw", "nhwc"])
     c = rng.choice([1, 3, 8, 16, 24, 32, 48, 64, 64, 96, 100, 127, 128, 200])
     sp = [rng.randint(1, 20) for _ in range(1 if shape == "ncl" else 2)]
     n = rng.choice([1, 2, 3]) if shape != "chw" else 1
@@ -165,6 +165,8 @@ def bnorm(rng: random.Random, nm: Names) -> Case:
     syms = ([nm("N")] if shape != "chw" else []) + [nm("C")] + [nm(s) for s in ("HW" if len(sp) == 2 else "L")]
     exts = ([n] if shape != "chw" else []) + [c] + sp
     ci = 0 if shape == "chw" else 1
+    if shape == "nhwc":  # channels last: the statistics index the innermost dimension
+        syms, exts, ci = syms[:1] + syms[2:] + syms[1:2], exts[:1] + exts[2:] + exts[1:2], 3
     b = Builder(nm("bn"))
     b.defaults = list(zip(syms, exts))
     dt, sdt = rng.choice(DTYPES), rng.choice(["f32", "f32", "same"])

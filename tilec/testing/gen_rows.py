@@ -80,6 +80,7 @@ def decode(rng: random.Random, nm: Names) -> Case:
     hk = f"{hv} / {group}" if group > 1 else hv
     scale = rng.choice([0.125, 0.25, 1.0])
     sc, mx, e, z = nm("sc"), nm("m"), nm("e"), nm("z")
+    raw = sc
     tdt = {}
     for name, dims in ((sc, [sb, sh, ss]), (mx, [sb, sh]), (e, [sb, sh, ss]), (z, [sb, sh])):
         tdt[name] = "f32" if rng.random() < 0.8 else dt
@@ -88,7 +89,14 @@ def decode(rng: random.Random, nm: Names) -> Case:
     row, el = f"[{bv}, {hv}]", f"[{bv}, {hv}, {sv}]"
     rows, full = [(bv, sb), (hv, sh)], [(bv, sb), (hv, sh), (sv, ss)]
     kr = f"{kk}[{bv}, {hk}, {sv}, {dv}] * {q}[{bv}, {hv}, {dv}]" + (f" * {scale}" if scale != 1.0 else "")
+    masked = rng.random() < 0.3  # a key-padding mask per batch added to the scores in a statement of its own
     bl.loops(full, [f"{sc}{el} = 0", f"for {dv} in 0..{sd}:", f"  {sc}{el} += {kr}"])
+    if masked:
+        mk, sm_ = nm("mask"), nm("sm")
+        bl.param(mk, rng.choice(["f32", dt]), [sb, ss])
+        bl.decl(sm_, "f32", [sb, sh, ss])
+        bl.loops(full, [f"{sm_}{el} = {sc}{el} + {mk}[{bv}, {sv}]"])
+        tdt[sm_], sc = "f32", sm_
     bl.loops(rows, [f"{mx}{row} = -inf", f"for {sv} in 0..{ss}:", f"  {mx}{row} max= {sc}{el}"])
     bl.loops(full, [f"{e}{el} = exp({sc}{el} - {mx}{row})"])
     bl.loops(rows, [f"{z}{row} = 0", f"for {sv} in 0..{ss}:", f"  {z}{row} += {e}{el}"])
@@ -106,11 +114,13 @@ def decode(rng: random.Random, nm: Names) -> Case:
     def formula(env: dict) -> dict:
         kv, vv_ = np.repeat(env[kk], group, axis=1), np.repeat(env[vv], group, axis=1)
         # each statistic rounded to the dtype the program stores it in (the softmax's meaning otherwise)
-        scores = rounded(np.einsum("bhsd,bhd->bhs", kv, env[q]) * scale, tdt[sc])
+        scores = rounded(np.einsum("bhsd,bhd->bhs", kv, env[q]) * scale, tdt[raw])
+        scores = scores + env[mk][:, None, :] if masked else scores
         w = rounded(np.exp(scores - rounded(scores.max(-1, keepdims=True), tdt[mx])), tdt[e])
         w = w / rounded(w.sum(-1, keepdims=True), tdt[z])
         return {o: np.einsum("bhs,bhsd->bhd", w, vv_)}
-    return Case("decode", bl.text(), formula, forms=(norm, dt) + (("grouped",) if group > 1 else ()))
+    return Case("decode", bl.text(), formula,
+                forms=(norm, dt) + (("grouped",) if group > 1 else ()) + (("masked",) if masked else ()))
 
 
 def accum(rng: random.Random, nm: Names) -> Case:
@@ -151,7 +161,8 @@ def accum(rng: random.Random, nm: Names) -> Case:
             kv, sk, k = nm("k"), nm("K"), m if same else size(rng, 300)
             b.defaults.append((sk, k))
             av, bv = nm("A"), nm("B")
-            b.param(av, dt, [sm, sk])
+            lay[av] = rng.choice(["mk", "mk", "km"])
+            b.param(av, dt, [sm, sk] if lay[av] == "mk" else [sk, sm])
             lay[bv] = rng.choice(["kn", "nk"])
             b.param(bv, dt, [sk, sn] if lay[bv] == "kn" else [sn, sk])
             terms.append((av, bv, kv, sk, k))
@@ -166,7 +177,8 @@ def accum(rng: random.Random, nm: Names) -> Case:
     for n_, (av, bv, kv, sk, _) in enumerate(terms):
         br = f"{bv}[{kv}, {j}]" if lay[bv] == "kn" else f"{bv}[{j}, {kv}]"
         sc = f" * {scale}" if scale != 1.0 and n_ == 1 else ""
-        lines += [f"for {kv} in 0..{sk}:", f"  {dst} += {av}[{i}, {kv}] * {br}{sc}"]
+        ar = f"{av}[{kv}, {i}]" if lay.get(av) == "km" else f"{av}[{i}, {kv}]"
+        lines += [f"for {kv} in 0..{sk}:", f"  {dst} += {ar} * {br}{sc}"]
     b.loops([(i, sm), (j, sn)], lines)
 
     def formula(env: dict) -> dict:
@@ -174,10 +186,12 @@ def accum(rng: random.Random, nm: Names) -> Case:
                "res": lambda: env[bias]}[init]()
         for n_, (av, bv, _, _, _) in enumerate(terms):
             left = rounded(env[x] @ env[la], tdt) if lora and n_ == 1 else env[av]
+            left = left.T if lay.get(av) == "km" else left
             right = env[bv] if lay[bv] == "kn" else env[bv].T
             out = out + left @ right * (scale if n_ == 1 else 1.0)
         return {y: out}
-    return Case("accum", b.text(), formula, forms=(("lora",) if lora else (f"{len(terms)}terms",)) + (init,))
+    forms = (("lora",) if lora else (f"{len(terms)}terms",)) + (init,) + (("a_km",) if "km" in lay.values() else ())
+    return Case("accum", b.text(), formula, forms=forms)
 
 
 def maskmean(rng: random.Random, nm: Names) -> Case:
