@@ -17,7 +17,7 @@ import random
 
 import numpy as np
 
-from tilec.testing.gen import DTYPES, Builder, Case, Names, _num, size
+from tilec.testing.gen import DTYPES, Builder, Case, Names, _num, rounded, size
 from tilec.testing.gen_shapes import FILL, _out_size, _windows
 
 
@@ -48,8 +48,11 @@ def tconv(rng: random.Random, nm: Names) -> Case:
     v = {key: nm(key) for key in ("n", "c", "k", "y", "x", "a", "b")}
     nv = [v["n"]] if batch else []
     outer = [(v["n"], sn)] if batch else []
+    skip = spelling != "view" and rng.random() < 0.3  # then a U-Net's skip: Z = relu(Y + S), Y a temporary
+    ydt = rng.choice(DTYPES)
+    big = lead + [sk, f"{f} * {sh}", f"{f} * {sw}"]
     if spelling == "floor":
-        b.decl(y, rng.choice(DTYPES), lead + [sk, f"{f} * {sh}", f"{f} * {sw}"], out=True)
+        b.decl(y, ydt, big, out=not skip)
         loops = outer + [(v["k"], sk), (v["y"], f"{f} * {sh}"), (v["x"], f"{f} * {sw}")]
         dst = f"{y}[{', '.join(nv + [v['k'], v['y'], v['x']])}]"
         src = f"{x}[{', '.join(nv + [v['c'], v['y'] + f' / {f}', v['x'] + f' / {f}'])}]"
@@ -57,10 +60,10 @@ def tconv(rng: random.Random, nm: Names) -> Case:
     else:
         ix = nv + [v["c"], v["y"], v["x"]]
         if spelling == "strided":
-            b.decl(y, rng.choice(DTYPES), lead + [sk, f"{f} * {sh}", f"{f} * {sw}"], out=True)
+            b.decl(y, ydt, big, out=not skip)
             oix = [v["k"], f"{f} * {v['y']} + {v['a']}", f"{f} * {v['x']} + {v['b']}"]
         else:
-            b.decl(y, rng.choice(DTYPES), lead + [sk, sh, str(f), sw, str(f)], out=True)
+            b.decl(y, ydt, lead + [sk, sh, str(f), sw, str(f)], out=True)
             oix = [v["k"], v["y"], v["a"], v["x"], v["b"]]
         loops = outer + [(v["k"], sk), (v["y"], sh), (v["a"], str(f)), (v["x"], sw), (v["b"], str(f))]
         dst = f"{y}[{', '.join(nv + oix)}]"
@@ -68,6 +71,13 @@ def tconv(rng: random.Random, nm: Names) -> Case:
         wr = f"{wt}[{v['c']}, {v['k']}, {v['a']}, {v['b']}]"
     init = f"{bias}[{v['k']}]" if has_bias else "0"
     b.loops(loops, [f"{dst} = {init}", f"for {v['c']} in 0..{sc}:", f"  {dst} += {src} * {wr}"])
+    z, sk_ = nm("Z"), nm("S")
+    if skip:
+        b.param(sk_, dt, big)
+        b.decl(z, rng.choice(DTYPES), big, out=True)
+        zi = nv + [v["k"], v["y"], v["x"]]
+        b.loops(outer + [(v["k"], sk), (v["y"], f"{f} * {sh}"), (v["x"], f"{f} * {sw}")],
+                [f"{z}[{', '.join(zi)}] = relu({y}[{', '.join(zi)}] + {sk_}[{', '.join(zi)}])"])
 
     def formula(env: dict) -> dict:
         xv = env[x] if batch else env[x][None]
@@ -75,8 +85,10 @@ def tconv(rng: random.Random, nm: Names) -> Case:
         if has_bias:
             t = t + env[bias][None, :, None, None, None, None]
         t = t if spelling == "view" else t.reshape(t.shape[0], k, f * h, f * w)
-        return {y: t if batch else t[0]}
-    return Case("tconv", b.text(), formula, forms=(spelling, f"f{f}") + (("bias",) if has_bias else ()))
+        t = t if batch else t[0]
+        return {z: np.maximum(rounded(t, ydt) + env[sk_], 0)} if skip else {y: t}
+    forms = (spelling, f"f{f}") + (("bias",) if has_bias else ()) + (("skip",) if skip else ())
+    return Case("tconv", b.text(), formula, forms=forms)
 
 
 def axpool(rng: random.Random, nm: Names) -> Case:
