@@ -6,7 +6,7 @@ from tilec.testing import survey
 
 def test_a_refused_program_is_a_row_and_a_class():
     rows = survey.survey(429, 430)  # a read of a running statistic (gen_nests): refused at its line
-    assert [(r["seed"], r["cls"]) for r in rows] == [(461, "rejected")]
+    assert [(r["seed"], r["cls"]) for r in rows] == [(429, "rejected")]
     text = survey.report(rows)
     assert text.splitlines()[0] == "1 programs: rejected 1"
     assert "inside the loop that accumulates" in text and "seeds [429]" in text
