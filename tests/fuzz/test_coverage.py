@@ -35,7 +35,7 @@ FORMS = {  # the family forms the compiler is learning (pools, convs, data movem
     ("mixed", "softmax"): "exp(", ("mixed", "matmul"): "+=", ("scaled", "columns"): "=",  # (gen_mixed.py)
     ("vecmat", "vecmat/counted"): " + 1)", ("summed", "-"): "] - ",
     ("tconv", "floor"): " % ", ("tconv", "strided"): " + ", ("tconv", "view"): "",  # (gen_layers.py)
-    ("axpool", "avgx"): "min(", ("axpool", "apart"): "", ("bnorm", "affine"): "rsqrt(", ("gram", "cross"): "",
+    ("axpool", "avgx"): "min(", ("bnorm", "affine"): "rsqrt(", ("gram", "cross"): "",
     ("pairwise", "sqdist"): ") * (", ("pairwise", "cosine"): "rsqrt(", ("decode", "inside"): "] / ",  # (gen_rows.py)
     ("accum", "lora"): "", ("accum", "3terms"): "", ("maskmean", "counted"): "",
 }
