@@ -34,6 +34,10 @@ FORMS = {  # the family forms the compiler is learning (pools, convs, data movem
     ("operands", "softmax/plain"): " + 1)", ("gapped", "max"): "max=",  # (gen_operands.py)
     ("mixed", "softmax"): "exp(", ("mixed", "matmul"): "+=", ("scaled", "columns"): "=",  # (gen_mixed.py)
     ("vecmat", "vecmat/counted"): " + 1)", ("summed", "-"): "] - ",
+    ("tconv", "floor"): " % ", ("tconv", "strided"): " + ", ("tconv", "view"): "",  # (gen_layers.py)
+    ("axpool", "avgx"): "min(", ("bnorm", "affine"): "rsqrt(", ("gram", "cross"): "",
+    ("pairwise", "sqdist"): ") * (", ("pairwise", "cosine"): "rsqrt(", ("decode", "inside"): "] / ",  # (gen_rows.py)
+    ("accum", "lora"): "", ("accum", "3terms"): "", ("maskmean", "counted"): "",
 }
 FAMILY_FORMS: set[tuple[str, str]] = set()
 

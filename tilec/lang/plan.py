@@ -162,12 +162,7 @@ class Planner:
             stride = abs(sum(d.coeffs.get(lp.var, 0) * st // item for d, st in zip(dims, self.strides[tensor])))
             if lp.stop - lp.start > 1:
                 axes.append((stride, lp.stop - lp.start))
-        reach = 0
-        for stride, extent in sorted(axes):
-            if stride <= reach:
-                return False
-            reach += stride * (extent - 1)
-        return True
+        return _mixed_radix(axes)
 
     def _pair(self, a: s.Assign, la: tuple[OpenLoop, ...], b: s.Assign, lb: tuple[OpenLoop, ...],
               env: Mapping[str, int]) -> bool:
@@ -182,13 +177,16 @@ class Planner:
         return True
 
     def _pinned(self, acc_a: s.Access, acc_b: s.Access, common: list[OpenLoop], env: Mapping[str, int]) -> bool:
+        """Every common loop is pinned by a dimension both accesses index identically with common loops only, no two
+        iterations of them giving one index (`2*y + a` with a in 0..2 pins y and a: a transposed conv's store)."""
         da, db = self.affines.of(acc_a, env), self.affines.of(acc_b, env)
-        for lp in common:
-            if lp.stop - lp.start <= 1:
-                continue
-            if not any(x == y and not x.quasi and list(x.coeffs) == [lp.var] for x, y in zip(da, db)):
-                return False
-        return True
+        extents = {lp.var: lp.stop - lp.start for lp in common}
+        pinned: set[str] = set()
+        for x, y in zip(da, db):
+            if x == y and not x.quasi and x.coeffs and set(x.coeffs) <= set(extents):
+                if _mixed_radix([(abs(c), extents[v]) for v, c in x.coeffs.items()]):
+                    pinned.update(x.coeffs)
+        return all(lp.var in pinned for lp in common if lp.stop - lp.start > 1)
 
     def taps(self, st: s.Assign, loops: tuple[OpenLoop, ...], env: Mapping[str, int]) -> tuple[OpenLoop, ...]:
         """Reduction loops to run in Python: those sharing an index with another open variable (r in y + r)."""
@@ -205,6 +203,17 @@ class Planner:
         for lp in taps:
             count *= max(0, lp.stop - lp.start)
         return taps if count <= MAX_TAPS else ()
+
+
+def _mixed_radix(axes: list[tuple[int, int]]) -> bool:
+    """Distinct points of the (stride, extent) axes have distinct sums: sorted by stride, each stride exceeds the
+    span of all smaller ones."""
+    reach = 0
+    for stride, extent in sorted(axes):
+        if extent > 1 and stride <= reach:
+            return False
+        reach += stride * (extent - 1)
+    return True
 
 
 def _touches(st: s.Assign) -> list[tuple[s.Access, bool]]:

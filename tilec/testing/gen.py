@@ -979,11 +979,20 @@ FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "permute5": lambda rng, nm: _shapes().permute5(rng, nm),
     "masked": lambda rng, nm: _shapes().masked(rng, nm),
     "bmm_bias": lambda rng, nm: _shapes().bmm_bias(rng, nm),
+    "tconv": lambda rng, nm: _layers().tconv(rng, nm),
+    "axpool": lambda rng, nm: _layers().axpool(rng, nm),
+    "bnorm": lambda rng, nm: _layers().bnorm(rng, nm),
+    "gram": lambda rng, nm: _layers().gram(rng, nm),
+    "pairwise": lambda rng, nm: _rows().pairwise(rng, nm),
+    "decode": lambda rng, nm: _rows().decode(rng, nm),
+    "accum": lambda rng, nm: _rows().accum(rng, nm),
+    "maskmean": lambda rng, nm: _rows().maskmean(rng, nm),
 }
 WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2, "rowchain": 2,
            "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1, "block": 2, "total": 1,
            "epilogue": 2, "mlp": 1, "nest": 1, "operands": 1, "gapped": 1, "mixed": 1, "scaled": 1, "vecmat": 1,
-           "summed": 1, "window": 1, "dwconv": 1, "permute5": 1, "masked": 1, "bmm_bias": 1}
+           "summed": 1, "window": 1, "dwconv": 1, "permute5": 1, "masked": 1, "bmm_bias": 1,
+           "tconv": 1, "axpool": 1, "bnorm": 1, "gram": 1, "pairwise": 1, "decode": 1, "accum": 1, "maskmean": 1}
 
 
 def _mlps():
@@ -1009,6 +1018,18 @@ def _shapes():
     permutes, masked row chains, batched matmuls with a bias)."""
     from tilec.testing import gen_shapes
     return gen_shapes
+
+
+def _layers():
+    """gen_layers.py (transposed convs, pools over any two axes, batch norm at inference, Gram matrices)."""
+    from tilec.testing import gen_layers
+    return gen_layers
+
+
+def _rows():
+    """gen_rows.py (pairwise distances and cosine matrices, decode attention, continued sums, masked means)."""
+    from tilec.testing import gen_rows
+    return gen_rows
 
 
 def _nests():
