@@ -177,13 +177,22 @@ def w_per_image(b: _ConvBuilder) -> bool:
     moving column: the stationary's loads are the kernel's work, TensorE waits on them) takes it for any tile
     count and width (masked mean pooling f32 32 x 512 x 768: 512-byte runs -> 3 KB, 229.7 -> 188.6 us)."""
     op = b.op
-    if not (op.w_batch and op.w_layout == "ck" and b.p.hoist_w == "k" and b.o_tiles is not None
+    if not (op.w_batch and (op.w_layout == "ck" or kc_by_dma(b)) and b.p.hoist_w == "k" and b.o_tiles is not None
             and op.groups == 1 and b.fold == 1 and b.pair == 1 and b.dup == 1 and b.N > 1):
         return False
     item = DTYPE_BYTES[b.hbm[op.w].dtype]
     if b.CTB * b.K * b.R * b.S * item > BAND_BUDGET:
         return False
     return b.Ho * b.Wo == 1 or b.KTB <= 2 and b.p.tile_k * item < DMA_RUN_BYTES
+
+
+def kc_by_dma(b: _ConvBuilder) -> bool:
+    """A batched mat-vec's stationary stored [M, K] whose tiles are transposed by DMA from HBM (rows_by_dma): the
+    whole batch index's tiles go into one buffer (w_per_image), so the next batch index's transposes are issued
+    while this one's matmuls run; one buffer per tile rotated through two copies, each transpose waited for the
+    matmul two tiles back plus a DMA latency (decode attention f32 4 x 8 x 2048 x 128: 0.77 us a tile of 64 KB)."""
+    from tilec.compiler.conv_weights import rows_by_dma  # late: conv_weights imports this module's callers
+    return b.op.w_layout == "kc" and b.Ho * b.Wo == 1 and rows_by_dma(b)
 
 
 def block_vars(b: Stmt) -> set[str]:
@@ -259,11 +268,18 @@ def column_rows(b: _ConvBuilder) -> bool:
     153.9 us); a 16-bit one's turns are 4x cheaper and its column stores' 2-byte descriptors dearer (decode
     attention bf16 4 x 8 x 2048 x 128: the score columns' stores were 366 us of DMA queue time)."""
     op, p = b.op, b.p
-    fp32_turned = op.w_layout != "ck" and DTYPE_BYTES[b.hbm[op.w].dtype] == 4
-    return bool(op.w_batch and not fp32_turned and b.Ho * b.Wo == 1 and b.KR == 0 and 1 < b.KT <= PMAX
+    return bool(op.w_batch and not fp32_turned(b) and b.Ho * b.Wo == 1 and b.KR == 0 and 1 < b.KT <= PMAX
                 and b.pair == 1 and b.dup == 1
                 and b.dst_chip is None and not op.pool and not op.residual and "n" in p.order and "k" in p.order
                 and p.order.index("n") < p.order.index("k"))
+
+
+def fp32_turned(b: _ConvBuilder) -> bool:
+    """An fp32 stationary stored [M, K] turned on TensorE (not by DMA transposes: conv_weights.rows_by_dma), at
+    fp32's quarter rate: column_rows' and vector_rows' turns would add to what then bounds the kernel."""
+    from tilec.compiler.conv_weights import rows_by_dma  # late: conv_weights imports this module's callers
+    op = b.op
+    return op.w_layout != "ck" and DTYPE_BYTES[b.hbm[op.w].dtype] == 4 and not rows_by_dma(b)
 
 
 def rows_store(b: _ConvBuilder, line: int) -> list[Stmt]:
@@ -287,8 +303,7 @@ def vector_rows(b: _ConvBuilder) -> bool:
     x 768, 4 tiles: 180.2 -> 183.3 us turned; decode attention f32 4 x 8 x 2048 x 128, 16 tiles: 459.5 -> 434.9)."""
     op = b.op
     fp32 = DTYPE_BYTES[b.hbm[op.x].dtype] == 4
-    fp32_turned = op.w_layout != "ck" and DTYPE_BYTES[b.hbm[op.w].dtype] == 4
-    return bool(op.w_batch and not fp32_turned and b.Ho * b.Wo == 1 and b.H * b.W == 1 and b.CR == 0
+    return bool(op.w_batch and not fp32_turned(b) and b.Ho * b.Wo == 1 and b.H * b.W == 1 and b.CR == 0
                 and (VECTOR_ROWS_FP32 if fp32 else 2) <= b.CT <= PMAX and b.fold == 1 and not b.stack
                 and b.src_chip is None
                 and not op.x_transposed and b.p.tile_c == PMAX)

@@ -9,7 +9,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Sequence
 
-from tilec.compiler import conv_fold, conv_pairs, conv_spread, ir, rows_dma
+from tilec.compiler import conv_batched, conv_fold, conv_pairs, conv_spread, ir, rows_dma
 from tilec.compiler.build_util import a, broadcast_row, hbm_view, loop, ones_row, prep_notes, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, best_divisor
@@ -159,7 +159,8 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
     # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
     tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
 
-    by_dma = local and (rows_by_dma(b) or rows_dma.by_dma(b))  # (a plain fp32 matmul's rows: rows_dma.py)
+    # (a plain fp32 matmul's rows: rows_dma.py; a mat-vec's whole batch index: conv_batched.kc_by_dma)
+    by_dma = local and (rows_by_dma(b) or rows_dma.by_dma(b)) or not local and conv_batched.kc_by_dma(b)
 
     def per_k(kv: str | None, ks: int) -> list[Stmt]:
         if kv is None and not local and conv_spread.spreads_plain(b, ks):  # its taps on the output partitions
@@ -289,7 +290,10 @@ def rows_by_dma(b: _ConvBuilder) -> bool:
     f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if fp32 else (1.0, 1.0)
     ghz, fixed = prm["tensor_ghz"], prm["mm_fixed_cycles"]
     cols = b.Ho * b.Wo  # the moving operand's columns per batch index
-    matmuls = b.CT * -(-cols // MOVING_FMAX) * (min(cols, MOVING_FMAX) + fixed) * f / ghz
+    # the model's matmul: max(min(64, stationary columns), moving columns) cycles + fixed (perf/costs.py), so a
+    # mat-vec's one-column matmul costs its 64-cycle minimum, not one cycle
+    n_mov = max(min(prm["mm_min_cycles"], p.tile_k), min(cols, MOVING_FMAX))
+    matmuls = b.CT * -(-cols // MOVING_FMAX) * (n_mov + fixed) * f / ghz
     transposes = b.CT * (p.tile_k + fixed) * ft / ghz
     bw = prm["dma_engines"] * prm["dma_engine_bw"]  # bytes per ns
     rows = p.tile_k * b.C * item
