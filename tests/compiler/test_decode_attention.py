@@ -17,13 +17,16 @@ from tilec.lang import api as lang
 PROGRAM = pathlib.Path(__file__).parents[1] / "programs" / "gaps15" / "decode_attention.tl"
 
 
-@pytest.mark.parametrize("dt", ["f32", "bf16"])
-def test_decode_attention_matches_numpy(dt: str) -> None:
-    """bf16: the weights' column (the values' mat-vec vector, 2 tiles of 128) is loaded as rows and turned on
-    TensorE (conv_batched.vector_rows), the scores' columns turned into rows to be stored (column_rows)."""
-    c = compile_loaded(lang.load(PROGRAM.read_text().replace("f32", dt)), target="trn2")
-    if dt == "bf16":
-        assert "e_col_vturned" in c.source and "sc_col_turned" in c.source
+@pytest.mark.parametrize("dt,sizes", [("f32", {}), ("bf16", {}), ("f32", {"B": 1, "H": 3, "S": 384, "D": 128}),
+                                       ("bf16", {"B": 3, "H": 1, "S": 384, "D": 32})])
+def test_decode_attention_matches_numpy(dt: str, sizes: dict) -> None:
+    """The values' mat-vec sums its sequence partition-major (s = 128-tile count * p + t: V and the weights each
+    loaded by one DMA a head, conv_batched.partition_major), the scores' columns are turned into rows to be stored
+    (column_rows); in f32 K is transposed by one DMA a head (conv_batched.kc_whole) instead of on TensorE."""
+    c = compile_loaded(lang.load(PROGRAM.read_text().replace("f32", dt), sizes), target="trn2")
+    assert "V_pmajor" in c.source and "e_col_pmajor" in c.source and "sc_col_turned" in c.source
+    if dt == "f32":
+        assert "dma_transpose(" in c.source and "K_tp" not in c.source
     inputs = lang.random_inputs(c.program, seed=3)
     q, k, v = (np.asarray(inputs[n], np.float64) for n in ("q", "K", "V"))  # (bf16 inputs: exact in float64)
 

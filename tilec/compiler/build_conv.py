@@ -484,6 +484,8 @@ class _ConvBuilder:
                                   f"{gaps}", tuple(allocs), line))
         elif self.p.x_bufs == 1 and self.src_chip is None:
             stmts.append(Alloc(self.x_band_buf(), line=line))
+        if conv_batched.once_per_image(self, True):  # refilled whole by one DMA per batch index: the allocator
+            stmts.append(Alloc(self.wt_buf(False), line=self.L["update"]))  # renames it (perf load_versions)
         self.w_rows = conv_weights.rows_once(self)
         if self.w_rows is not None:
             stmts.append(Alloc(self.w_rows, line=self.L["update"]))

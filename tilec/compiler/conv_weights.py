@@ -151,6 +151,8 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
             return [Dma(View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), kdst, full(b.R),
                                   full(b.S))),
                         w_view(b, (sl(b.c_start(cv), cs), kslice, full(b.R), full(b.S))), line)]
+        if not local and conv_batched.partition_major(b):  # (wt declared once, before the nest: build_conv)
+            return prep_notes(conv_batched.partition_major_loads(b, wt, None, line), f"prepare {op.w}")
         return out + prep_notes(b.over_c(V["c"], load_c, line), f"prepare {op.w}")
     per_c = p.w_split == "c"  # one DMA per (k-tile, c-tile) block: the first transposes wait for less data
     raw = Buf(b.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, p.tile_c if per_c else b.C,
@@ -161,6 +163,9 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
 
     # (a plain fp32 matmul's rows: rows_dma.py; a mat-vec's whole batch index: conv_batched.kc_by_dma)
     by_dma = local and (rows_by_dma(b) or rows_dma.by_dma(b)) or not local and conv_batched.kc_by_dma(b)
+
+    if not local and conv_batched.kc_whole(b):  # (wt declared once, before the nest: build_conv)
+        return prep_notes(conv_batched.kc_whole_load(b, wt, line), f"prepare {op.w}")
 
     def per_k(kv: str | None, ks: int) -> list[Stmt]:
         if kv is None and not local and conv_spread.spreads_plain(b, ks):  # its taps on the output partitions
