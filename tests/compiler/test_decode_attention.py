@@ -6,6 +6,7 @@ column."""
 from __future__ import annotations
 
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -25,6 +26,8 @@ def test_decode_attention_matches_numpy(dt: str, sizes: dict) -> None:
     (column_rows); in f32 K is transposed by one DMA a head (conv_batched.kc_whole) instead of on TensorE."""
     c = compile_loaded(lang.load(PROGRAM.read_text().replace("f32", dt), sizes), target="trn2")
     assert "V_pmajor" in c.source and "e_col_pmajor" in c.source and "sc_col_turned" in c.source
+    # the result columns are views of the scores and the output, not copied into them (unit_copies.py)
+    assert not re.search(r"\b(sc_col|o_col)\[", c.source)  # (read by no copy, written through their views)
     if dt == "f32":
         assert "dma_transpose(" in c.source and "K_tp" not in c.source
     inputs = lang.random_inputs(c.program, seed=3)
