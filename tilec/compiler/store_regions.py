@@ -18,24 +18,38 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Callable
 
 from tilec.compiler import ir
 
 
 def stores_in_place(k: ir.Kernel) -> ir.Kernel:
+    return copies_folded(k, _folded)
+
+
+def copies_folded(k: ir.Kernel, fold: Callable[[list[ir.Stmt], int, ir.Kernel], list[ir.Stmt] | None]) -> ir.Kernel:
+    """The kernel with each top-level statement in turn offered to `fold`: the body with the copy at that position
+    folded away (the same position is then looked at again), or None (the next one). unit_copies.py's too."""
     body = list(k.body)
     at = 0
     while at < len(body):
-        found = _in_place(body, at, k)
-        if found is None:
+        folded = fold(body, at, k)
+        if folded is None:
             at += 1
-            continue
-        producer, temp, dst, offsets = found
-        views = {s.buf.name for s in body if isinstance(s, ir.Reshape) and s.base == temp}
-        body[producer] = _moved(body[producer], temp, dst, offsets, views)
-        body = [s for n, s in enumerate(body) if n != at and not (isinstance(s, ir.Alloc) and s.buf == temp)
-                and not (isinstance(s, ir.Reshape) and s.base == temp)]
+        else:
+            body = folded
     return replace(k, body=tuple(body))
+
+
+def _folded(body: list[ir.Stmt], at: int, k: ir.Kernel) -> list[ir.Stmt] | None:
+    found = _in_place(body, at, k)
+    if found is None:
+        return None
+    producer, temp, dst, offsets = found
+    views = {s.buf.name for s in body if isinstance(s, ir.Reshape) and s.base == temp}
+    body = body[:producer] + [_moved(body[producer], temp, dst, offsets, views)] + body[producer + 1:]
+    return [s for n, s in enumerate(body) if n != at and not (isinstance(s, ir.Alloc) and s.buf == temp)
+            and not (isinstance(s, ir.Reshape) and s.base == temp)]
 
 
 def _in_place(body: list[ir.Stmt], at: int, k: ir.Kernel):

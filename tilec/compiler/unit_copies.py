@@ -15,24 +15,22 @@ views; this one needs no rewriting: every view of the temporary becomes a view o
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from tilec.compiler import ir
-from tilec.compiler.store_regions import _dmas, _family, _names, _offset
+from tilec.compiler.store_regions import _dmas, _family, _names, _offset, copies_folded
 
 
 def unit_copies_dropped(k: ir.Kernel) -> ir.Kernel:
-    body = list(k.body)
-    at = 0
-    while at < len(body):
-        found = _aliased(body, at, k)
-        if found is None:
-            at += 1
-            continue
-        alloc, temp, dst = found
-        body[alloc] = ir.Reshape(temp, dst, body[alloc].line)
-        del body[at]
-    return replace(k, body=tuple(body))
+    return copies_folded(k, _dropped)
+
+
+def _dropped(body: list[ir.Stmt], at: int, k: ir.Kernel) -> list[ir.Stmt] | None:
+    found = _aliased(body, at, k)
+    if found is None:
+        return None
+    alloc, temp, dst = found
+    view = ir.Reshape(temp, dst, body[alloc].line)
+    return [view if n == alloc else s for n, s in enumerate(body) if n != at]
 
 
 def _aliased(body: list[ir.Stmt], at: int, k: ir.Kernel) -> tuple[int, ir.Buf, ir.Buf] | None:
