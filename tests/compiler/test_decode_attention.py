@@ -23,13 +23,13 @@ PROGRAM = pathlib.Path(__file__).parents[1] / "programs" / "gaps15" / "decode_at
 def test_decode_attention_matches_numpy(dt: str, sizes: dict) -> None:
     """The values' mat-vec sums its sequence partition-major (s = 128-tile count * p + t: V and the weights each
     loaded by one DMA a head, conv_batched.partition_major), the scores' columns are turned into rows to be stored
-    (column_rows); in f32 K is transposed by one DMA a head (conv_batched.kc_whole) instead of on TensorE."""
+    (column_rows); K is transposed by one DMA a head (conv_batched.kc_whole) instead of on TensorE (its copies out of
+    PSUM were the bf16 kernel's pace: conv_weights.matvec_evictions)."""
     c = compile_loaded(lang.load(PROGRAM.read_text().replace("f32", dt), sizes), target="trn2")
     assert "V_pmajor" in c.source and "e_col_pmajor" in c.source and "sc_col_turned" in c.source
     # the result columns are views of the scores and the output, not copied into them (unit_copies.py)
     assert not re.search(r"\b(sc_col|o_col)\[", c.source)  # (read by no copy, written through their views)
-    if dt == "f32":
-        assert "dma_transpose(" in c.source and "K_tp" not in c.source
+    assert "dma_transpose(" in c.source and "K_tp" not in c.source
     inputs = lang.random_inputs(c.program, seed=3)
     q, k, v = (np.asarray(inputs[n], np.float64) for n in ("q", "K", "V"))  # (bf16 inputs: exact in float64)
 

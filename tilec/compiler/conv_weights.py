@@ -303,9 +303,21 @@ def rows_by_dma(b: _ConvBuilder) -> bool:
     bw = prm["dma_engines"] * prm["dma_engine_bw"]  # bytes per ns
     rows = p.tile_k * b.C * item
     rest = (b.C * b.H * b.W * item) / max(b.KT, 1) + p.tile_k * cols * DTYPE_BYTES[b.hbm[op.out].dtype]
-    pe = max(matmuls + transposes, (rows + rest) / bw)
+    pe = max(matmuls + transposes, (rows + rest) / bw, matvec_evictions(b, prm, item))
     dma = max(matmuls, (rows / prm["dma_transpose_factor"] + rest) / bw)
     return dma < pe
+
+
+def matvec_evictions(b: _ConvBuilder, prm: dict[str, float], item: int) -> float:
+    """ns of VectorE per out-channel tile copying a batched mat-vec's PE-transposed stationary out of PSUM (one
+    copy of tile_k columns per contraction tile, the model's cost: max(64, N / perf) cycles, perf 2 for 16-bit
+    from PSUM [ARCH3], plus the static overhead [ARCH2]). With one-column matmuls nothing hides them: they set
+    the pace (decode attention bf16 4 x 8 x 2048 x 128: 171 ns a tile, 219.4 -> 150.4 us by DMA transposes).
+    0 for other matmuls, whose 512-column matmuls outlast the copies (and rows_two_engines shares them out)."""
+    if b.Ho * b.Wo != 1:
+        return 0.0
+    n = b.p.tile_k / (prm["perf_mode_half"] if item == 2 else 1)
+    return b.CT * (max(prm["min_ii_cycles"], n) + prm["vector_static_cycles"]) / prm["vector_ghz"]
 
 
 def taps_by_dma(b: _ConvBuilder) -> bool:
