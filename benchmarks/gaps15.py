@@ -102,6 +102,7 @@ REALISTIC: dict[str, dict[str, int]] = {
     "masked_mean": {"B": 32, "S": 512, "D": 768},
     "masked_mean_bf16": {"B": 32, "S": 512, "D": 768},
     "decode_attention": {"B": 4, "H": 8, "S": 2048, "D": 128},
+    "decode_attention_bf16": {"B": 4, "H": 8, "S": 2048, "D": 128},  # attn24 (lead23's trial: 261.6 us total)
     "batchnorm_infer": {"N": 8, "C": 64, "H": 56, "W": 56},
     "layernorm_hidden": {"M": 4096, "D": 1024},
     "layernorm_bf16_stats": {"M": 4096, "D": 1024},

@@ -32,7 +32,9 @@ def x_band(b: _ConvBuilder) -> list[Stmt]:
     if b.op.x_transposed:
         return x_transposed_by_dma(b) if x_by_dma(b) else x_transposed(b)
     xb = b.x_band_buf()
-    if b.x_rows_v is not None:  # a batched mat-vec's vector: rows, turned on TensorE
+    if conv_batched.partition_major(b):  # a batched mat-vec's vector: one contiguous run per partition, its
+        return conv_batched.partition_major_loads(b, None, xb, line)  # sum's order permuted as the stationary's
+    if b.x_rows_v is not None:  # or rows, turned on TensorE
         return conv_batched.vector_rows_load(b, xb, line)
     rows, cols = b.in_rows(), b.in_cols()
     ct = V["c"]

@@ -165,7 +165,7 @@ def load_labels(b: _ConvBuilder) -> tuple[str, str]:
     return w, f"{b.words['x']}: all contraction tiles, shared by every output tile"
 
 
-def w_per_image(b: _ConvBuilder) -> bool:
+def w_per_image(b: _ConvBuilder, banded: bool = False) -> bool:
     """A batched matmul's contraction-major stationary (A^T B: A[n] stored [k, i]) loaded whole per batch
     index, in the layout of a resident stationary (`hoist A, root`: every out-channel tile's columns), instead
     of one out-channel tile at a time: its rows in HBM are then M elements long, not one tile's (bf16 M = 256:
@@ -177,13 +177,74 @@ def w_per_image(b: _ConvBuilder) -> bool:
     moving column: the stationary's loads are the kernel's work, TensorE waits on them) takes it for any tile
     count and width (masked mean pooling f32 32 x 512 x 768: 512-byte runs -> 3 KB, 229.7 -> 188.6 us)."""
     op = b.op
-    if not (op.w_batch and op.w_layout == "ck" and b.p.hoist_w == "k" and b.o_tiles is not None
+    if not (op.w_batch and (op.w_layout == "ck" or kc_by_dma(b)) and b.p.hoist_w == "k"
+            and (b.o_tiles is not None or banded)
             and op.groups == 1 and b.fold == 1 and b.pair == 1 and b.dup == 1 and b.N > 1):
         return False
     item = DTYPE_BYTES[b.hbm[op.w].dtype]
     if b.CTB * b.K * b.R * b.S * item > BAND_BUDGET:
         return False
     return b.Ho * b.Wo == 1 or b.KTB <= 2 and b.p.tile_k * item < DMA_RUN_BYTES
+
+
+def partition_major(b: _ConvBuilder, banded: bool = False) -> bool:
+    """A batched mat-vec whose stationary is loaded whole per batch index (w_per_image, stored [C, K]) sums its
+    contraction index c as c = p * CT + t (partition p of tile t) instead of t * 128 + p: the sum is the same,
+    and both operands then load in one DMA per batch index with one contiguous run per partition (W's CT rows of
+    K elements, the vector's CT elements) instead of CT DMAs of 128 rows each, or the vector's rows turned on
+    TensorE (vector_rows). The model charges a descriptor 14 ns (perf/costs.py): decode attention's P V loaded
+    V's 512-byte rows at 210 ns a tile against 175 ns of bytes. Whole tiles of 128, one 1x1 column per batch index.
+    Decided where the stationary and the band are built (the plan's tiles_band known); `banded`: before it, in the
+    prelude, as if tiles_band holds (vector_rows then declares no rows view the band would not read)."""
+    op = b.op
+    return bool(op.w_layout == "ck" and w_per_image(b, banded) and b.Ho * b.Wo == 1 and b.H * b.W == 1
+                and b.R == b.S == 1 and b.CR == 0 and b.CT > 1 and b.p.tile_c == PMAX and b.KR == 0
+                and not op.x_transposed and b.src_chip is None and b.fold == 1 and not b.stack and not b.mixed)
+
+
+def partition_major_loads(b: _ConvBuilder, wt: Buf | None, xb: Buf | None, line: int) -> list[Stmt]:
+    """partition_major's load of the stationary `wt` or of the vector `xb`: one DMA from a view of the HBM
+    tensor as [N, 128, CT, ...]."""
+    from tilec.compiler.build_util import hbm_view
+    op, n = b.op, a(b.var["n"])
+    if wt is not None:
+        view, st = hbm_view(b.hbm[op.w], (b.N, PMAX, b.CT, b.K), b.fresh(f"{op.w}_pmajor"), line)
+        return st + [Dma(View(wt, (full(PMAX), full(b.CT), full(b.K), a(0), a(0))),
+                         View(view, (n, full(PMAX), full(b.CT), full(b.K))), line)]
+    assert xb is not None
+    view, st = hbm_view(b.hbm[op.x], (b.N, PMAX, b.CT), b.fresh(f"{op.x}_pmajor"), line)
+    return st + [Alloc(xb, line=line), Dma(View(xb, (full(PMAX), full(b.CT), a(0), a(0))),
+                                          View(view, (n, full(PMAX), full(b.CT))), line)]
+
+
+def kc_whole(b: _ConvBuilder, banded: bool = False) -> bool:
+    """kc_by_dma's stationary of one contraction tile (C <= 128) transposed by one DMA per batch index, HBM [K, C]
+    -> SBUF [C, K], into a buffer declared once (build_conv.prelude), as partition_major's: the allocator renames
+    a buffer refilled whole by one DMA (perf model `load_versions`), so the next batch indices' transposes are
+    issued while this one's matmuls run; a buffer filled by one transpose per tile rotated through two copies
+    (decode attention f32 4 x 8 x 2048 x 128: the scores' phase 148 us for 33.5 MB of K)."""
+    return bool(kc_by_dma(b) and w_per_image(b, banded) and b.CT == 1 and b.CR == 0 and b.KR == 0)
+
+
+def once_per_image(b: _ConvBuilder, banded: bool = False) -> bool:
+    """The stationary of each batch index filled whole by one DMA (partition_major, kc_whole)."""
+    return partition_major(b, banded) or kc_whole(b, banded)
+
+
+def kc_whole_load(b: _ConvBuilder, wt: Buf, line: int) -> list[Stmt]:
+    """kc_whole's one DMA transpose of the batch index's matrix."""
+    from tilec.compiler.conv_weights import w_view
+    return [ir.Transpose(View(wt, (full(b.C), a(0), a(0), a(0), full(b.K))),
+                         w_view(b, (full(b.K), full(b.C), a(0), a(0))), "dma", line)]
+
+
+def kc_by_dma(b: _ConvBuilder) -> bool:
+    """A batched mat-vec's stationary stored [M, K] whose tiles are transposed by DMA from HBM (rows_by_dma): the
+    whole batch index's tiles go into one buffer (w_per_image), so the next batch index's transposes are issued
+    while this one's matmuls run; one buffer per tile rotated through two copies, each transpose waited for the
+    matmul two tiles back plus a DMA latency (decode attention f32 4 x 8 x 2048 x 128: 0.77 us a tile of 64 KB)."""
+    from tilec.compiler.conv_weights import rows_by_dma  # late: conv_weights imports this module's callers
+    return b.op.w_layout == "kc" and b.Ho * b.Wo == 1 and rows_by_dma(b)
 
 
 def block_vars(b: Stmt) -> set[str]:
@@ -259,17 +320,50 @@ def column_rows(b: _ConvBuilder) -> bool:
     153.9 us); a 16-bit one's turns are 4x cheaper and its column stores' 2-byte descriptors dearer (decode
     attention bf16 4 x 8 x 2048 x 128: the score columns' stores were 366 us of DMA queue time)."""
     op, p = b.op, b.p
-    fp32_turned = op.w_layout != "ck" and DTYPE_BYTES[b.hbm[op.w].dtype] == 4
-    return bool(op.w_batch and not fp32_turned and b.Ho * b.Wo == 1 and b.KR == 0 and 1 < b.KT <= PMAX
+    return bool(op.w_batch and not fp32_turned(b) and b.Ho * b.Wo == 1 and b.KR == 0 and 1 < b.KT <= PMAX
                 and b.pair == 1 and b.dup == 1
                 and b.dst_chip is None and not op.pool and not op.residual and "n" in p.order and "k" in p.order
                 and p.order.index("n") < p.order.index("k"))
 
 
+def fp32_turned(b: _ConvBuilder) -> bool:
+    """An fp32 stationary stored [M, K] turned on TensorE (not by DMA transposes: conv_weights.rows_by_dma), at
+    fp32's quarter rate: column_rows' and vector_rows' turns would add to what then bounds the kernel."""
+    from tilec.compiler.conv_weights import rows_by_dma  # late: conv_weights imports this module's callers
+    op = b.op
+    return op.w_layout != "ck" and DTYPE_BYTES[b.hbm[op.w].dtype] == 4 and not rows_by_dma(b)
+
+
+def psum_band(b: _ConvBuilder) -> Buf | None:
+    """A batched mat-vec's PSUM tile of the batch index, [128, tiles] fp32: each out-channel tile's matmuls write
+    its column and one eviction moves them all to the band rows_store turns (column_rows), instead of one
+    eviction per tile: a 1-column activation costs its ~137 ns of fixed cycles (min_ii + static, ARCH2), so 16
+    of them per head were ScalarE's pace (decode attention bf16 4 x 8 x 2048 x 128: 70 us of the scores' 77).
+    Only a plain epilogue (a scale: no bias column per tile, no residual, no fused chain), whole tiles within
+    one PSUM bank, the mat-vec's simple path (no pairs, folds, halves or stacked bands)."""
+    op = b.op
+    if not (b.o_rows is not None and b.o_tiles is not None and not op.bias and not op.residual and not op.pool
+            and not op.epilogue and b.KR == 0 and b.KT * 4 <= compiled().psum_bank_bytes and b.pair == b.dup == 1
+            and b.fold == 1 and not b.halves and not b.stack and b.p.rows == b.p.tile_x == 1
+            and b.col0 == b.ox and b.dst_chip is None):
+        return None
+    return Buf(b.fresh(f"{op.out}_acc_band"), "psum", "f32", (b.PK, b.KT))
+
+
 def rows_store(b: _ConvBuilder, line: int) -> list[Stmt]:
-    """The batch index's band (column_rows) turned on TensorE into PSUM, copied to SBUF, stored as its rows."""
+    """The batch index's band (column_rows) turned on TensorE into PSUM, copied to SBUF, stored as its rows
+    (evicted first from its PSUM tile: psum_band)."""
     ob, rows_hbm = b.o_tiles, b.o_rows
     assert ob is not None and rows_hbm is not None
+    if b.o_psum is not None:
+        from tilec.compiler.conv_epilogue import evicted_to  # late: conv_epilogue reads the builder's modules
+        band = View(ob, (full(b.PK), full(b.KT), a(0), a(0)))
+        return evicted_to(b, band, whole(b.o_psum), full(b.PK)) + rows_turned(b, ob, rows_hbm, line)
+    return rows_turned(b, ob, rows_hbm, line)
+
+
+def rows_turned(b: _ConvBuilder, ob: Buf, rows_hbm: Buf, line: int) -> list[Stmt]:
+    """The band turned on TensorE into PSUM, copied to SBUF, stored as rows."""
     ps = Buf(b.fresh(f"{b.op.out}_turned"), "psum", ob.dtype, (b.KT, b.PK))
     rows = Buf(b.fresh(f"{b.op.out}_rows"), "sbuf", ob.dtype, (b.KT, b.PK))
     return [Alloc(ps, line=line), ir.Transpose(whole(ps), View(ob, (full(b.PK), full(b.KT), a(0), a(0))), line=line),
@@ -287,8 +381,8 @@ def vector_rows(b: _ConvBuilder) -> bool:
     x 768, 4 tiles: 180.2 -> 183.3 us turned; decode attention f32 4 x 8 x 2048 x 128, 16 tiles: 459.5 -> 434.9)."""
     op = b.op
     fp32 = DTYPE_BYTES[b.hbm[op.x].dtype] == 4
-    fp32_turned = op.w_layout != "ck" and DTYPE_BYTES[b.hbm[op.w].dtype] == 4
-    return bool(op.w_batch and not fp32_turned and b.Ho * b.Wo == 1 and b.H * b.W == 1 and b.CR == 0
+    return bool(op.w_batch and not fp32_turned(b) and not partition_major(b, True) and b.Ho * b.Wo == 1 and b.H * b.W == 1
+                and b.CR == 0
                 and (VECTOR_ROWS_FP32 if fp32 else 2) <= b.CT <= PMAX and b.fold == 1 and not b.stack
                 and b.src_chip is None
                 and not op.x_transposed and b.p.tile_c == PMAX)

@@ -9,7 +9,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Sequence
 
-from tilec.compiler import conv_fold, conv_pairs, conv_spread, ir, rows_dma
+from tilec.compiler import conv_batched, conv_fold, conv_pairs, conv_spread, ir, rows_dma
 from tilec.compiler.build_util import a, broadcast_row, hbm_view, loop, ones_row, prep_notes, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, best_divisor
@@ -151,6 +151,8 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
             return [Dma(View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), kdst, full(b.R),
                                   full(b.S))),
                         w_view(b, (sl(b.c_start(cv), cs), kslice, full(b.R), full(b.S))), line)]
+        if not local and conv_batched.partition_major(b):  # (wt declared once, before the nest: build_conv)
+            return prep_notes(conv_batched.partition_major_loads(b, wt, None, line), f"prepare {op.w}")
         return out + prep_notes(b.over_c(V["c"], load_c, line), f"prepare {op.w}")
     per_c = p.w_split == "c"  # one DMA per (k-tile, c-tile) block: the first transposes wait for less data
     raw = Buf(b.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, p.tile_c if per_c else b.C,
@@ -159,7 +161,11 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
     # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
     tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
 
-    by_dma = local and (rows_by_dma(b) or rows_dma.by_dma(b))  # (a plain fp32 matmul's rows: rows_dma.py)
+    # (a plain fp32 matmul's rows: rows_dma.py; a mat-vec's whole batch index: conv_batched.kc_by_dma)
+    by_dma = local and (rows_by_dma(b) or rows_dma.by_dma(b)) or not local and conv_batched.kc_by_dma(b)
+
+    if not local and conv_batched.kc_whole(b):  # (wt declared once, before the nest: build_conv)
+        return prep_notes(conv_batched.kc_whole_load(b, wt, line), f"prepare {op.w}")
 
     def per_k(kv: str | None, ks: int) -> list[Stmt]:
         if kv is None and not local and conv_spread.spreads_plain(b, ks):  # its taps on the output partitions
@@ -289,14 +295,29 @@ def rows_by_dma(b: _ConvBuilder) -> bool:
     f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if fp32 else (1.0, 1.0)
     ghz, fixed = prm["tensor_ghz"], prm["mm_fixed_cycles"]
     cols = b.Ho * b.Wo  # the moving operand's columns per batch index
-    matmuls = b.CT * -(-cols // MOVING_FMAX) * (min(cols, MOVING_FMAX) + fixed) * f / ghz
+    # the model's matmul: max(min(64, stationary columns), moving columns) cycles + fixed (perf/costs.py), so a
+    # mat-vec's one-column matmul costs its 64-cycle minimum, not one cycle
+    n_mov = max(min(prm["mm_min_cycles"], p.tile_k), min(cols, MOVING_FMAX))
+    matmuls = b.CT * -(-cols // MOVING_FMAX) * (n_mov + fixed) * f / ghz
     transposes = b.CT * (p.tile_k + fixed) * ft / ghz
     bw = prm["dma_engines"] * prm["dma_engine_bw"]  # bytes per ns
     rows = p.tile_k * b.C * item
     rest = (b.C * b.H * b.W * item) / max(b.KT, 1) + p.tile_k * cols * DTYPE_BYTES[b.hbm[op.out].dtype]
-    pe = max(matmuls + transposes, (rows + rest) / bw)
+    pe = max(matmuls + transposes, (rows + rest) / bw, matvec_evictions(b, prm, item))
     dma = max(matmuls, (rows / prm["dma_transpose_factor"] + rest) / bw)
     return dma < pe
+
+
+def matvec_evictions(b: _ConvBuilder, prm: dict[str, float], item: int) -> float:
+    """ns of VectorE per out-channel tile copying a batched mat-vec's PE-transposed stationary out of PSUM (one
+    copy of tile_k columns per contraction tile, the model's cost: max(64, N / perf) cycles, perf 2 for 16-bit
+    from PSUM [ARCH3], plus the static overhead [ARCH2]). With one-column matmuls nothing hides them: they set
+    the pace (decode attention bf16 4 x 8 x 2048 x 128: 171 ns a tile, 219.4 -> 150.4 us by DMA transposes).
+    0 for other matmuls, whose 512-column matmuls outlast the copies (and rows_two_engines shares them out)."""
+    if b.Ho * b.Wo != 1:
+        return 0.0
+    n = b.p.tile_k / (prm["perf_mode_half"] if item == 2 else 1)
+    return b.CT * (max(prm["min_ii_cycles"], n) + prm["vector_static_cycles"]) / prm["vector_ghz"]
 
 
 def taps_by_dma(b: _ConvBuilder) -> bool:

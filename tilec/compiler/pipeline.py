@@ -13,6 +13,7 @@ from tilec.compiler import build_attention, build_depthwise, build_mbblock, buil
     passes, placement, pool_chain, stem_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.store_regions import stores_in_place
+from tilec.compiler.unit_copies import unit_copies_dropped
 from tilec.compiler.pair_tiles import skew_inner_tiles, skew_row_tiles
 from tilec.compiler import rules, rules_colragged, rules_copy
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
@@ -172,6 +173,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     _check_capacity(kernel, tgt, program, ops, plans, tuple(directives))
     kernel = passes.fp32_operands(kernel)  # a narrow column read as a per-partition operand: its fp32 copy first
     kernel = stores_in_place(kernel)  # a temporary copied whole into a region: stored there (store_regions.py)
+    kernel = unit_copies_dropped(kernel)  # a temporary copied whole, unit dimensions apart: a view (unit_copies.py)
     stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
     # hoist: loads and allocations that do not depend on a loop move out of it (loop-invariant code motion), and a

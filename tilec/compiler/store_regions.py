@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Callable
 
 from tilec.compiler import ir
 
@@ -46,6 +47,20 @@ def stores_in_place(k: ir.Kernel) -> ir.Kernel:
         body = [s for n, s in enumerate(body) if n != at and not (isinstance(s, ir.Alloc) and s.buf == temp)
                 and not (isinstance(s, ir.Reshape) and s.base == temp)]
         at = 0  # (the temporary's allocation before the copy went too: the next copy may now be at `at`)
+    return replace(k, body=tuple(body))
+
+
+def copies_folded(k: ir.Kernel, fold: Callable[[list[ir.Stmt], int, ir.Kernel], list[ir.Stmt] | None]) -> ir.Kernel:
+    """The kernel with each top-level statement in turn offered to `fold`: the body with the copy at that position
+    folded away (the same position is then looked at again), or None (the next one) (unit_copies.py)."""
+    body = list(k.body)
+    at = 0
+    while at < len(body):
+        folded = fold(body, at, k)
+        if folded is None:
+            at += 1
+        else:
+            body = folded
     return replace(k, body=tuple(body))
 
 
