@@ -30,14 +30,14 @@ from tilec.compiler import ir
 from tilec.compiler.build_util import a as aff, loop, sl, term
 from tilec.compiler.ir import Act, Alloc, Buf, Dma, Matmul, Reshape, Scalar, Sl, Stmt, View, full
 from tilec.compiler.ops import ConvOp, EltwiseOp
+from tilec.compiler.schedule import PMAX, PSUM_BANK
 from tilec.lang import syntax as sx
 
-PMAX = 128
-PSUM_COLS = 512  # fp32 elements of one PSUM bank per partition
+PSUM_COLS = PSUM_BANK // 4  # fp32 elements of one PSUM bank per partition
 # PSUM tiles allocated before the loops, one per tap (and channel tile): in a loop each allocation site rotates two
 # buffers, and a pair of images' eight sites took every bank, so a matmul waited for the bank's other tile (bf16
 # U-Net b8: 21.7 -> 20.3 us past start-up)
-PSUM_HOIST = 4
+HOISTED_TILES = 4
 TILE_BYTES = 16 * 1024  # per partition, for the band of X and of Y (two of each per site in flight)
 
 
@@ -134,7 +134,7 @@ class _Shape:
     G: int  # row groups side by side on the partitions
     hb: int  # input rows per group in a band
     rc: int  # input rows per matmul (rc * W fp32 fit a PSUM bank)
-    hoist: bool  # the taps' PSUM tiles allocated once before the loops (at most PSUM_HOIST of them)
+    hoist: bool  # the taps' PSUM tiles allocated once before the loops (at most HOISTED_TILES of them)
     R: int  # Wt's taps
     Q: int
     halo: tuple[int, int, int, int]  # zero rows above and below, columns left and right of an input band
@@ -154,7 +154,7 @@ def _shape(f: Found, hbm: dict) -> _Shape:
     hb = hg if any(halo) else max(d for d in range(1, hg + 1) if hg % d == 0 and (d == 1 or (
         d * A * W * B * size <= TILE_BYTES and G * d * W * xsize <= TILE_BYTES)))  # a halo: one band an image
     rc = max(d for d in range(1, hb + 1) if hb % d == 0 and d * W <= PSUM_COLS)
-    hoist = A * B * (len(_tiles(K)) if G == 1 else 1) <= PSUM_HOIST
+    hoist = A * B * (len(_tiles(K)) if G == 1 else 1) <= HOISTED_TILES
     R, Q = f.kernel if f.kernel != (0, 0) else f.taps
     return _Shape(c.dim("N"), c.dim("C"), K, A, B, H, W, G, hb, rc, hoist, R, Q, halo)
 

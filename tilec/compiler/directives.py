@@ -267,7 +267,7 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
         -    for t in affine(4):  # tl:6
         +    for t in affine(2):  # tl:6
-        +      dma x_tile[:128, :2048] <- x_v[:128, t*DMA_F:+2048]  # tl:7
+        +      dma x_tile[:128, :2048] <- x_v[:128, t*DMA_F:+2048] [sync]  # tl:7
         +      for tc in affine(2):  # tl:6
     """
     if d.args and isinstance(d.args[0], sx.Ref) and len(d.args[0].parts) == 1:
