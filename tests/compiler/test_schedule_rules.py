@@ -78,7 +78,8 @@ def test_rules_say_not_applicable_to_a_reduction() -> None:
 def test_default_parameters_are_the_plan_defaults() -> None:
     """The rule's defaults and the schedule's default plan (what directives and the tuner start from) agree."""
     from tilec.compiler.schedule import default_plan
-    for text in (FLAT, COLUMNS_ROWS, ROW_TILES) + tuple(t.replace("f32", "bf16") for t in (FLAT, COLUMNS_ROWS, ROW_TILES)):
+    f32 = (FLAT, COLUMNS_ROWS, ROW_TILES)
+    for text in f32 + tuple(t.replace("f32", "bf16") for t in f32):
         prog = lang.load(text)  # (bf16: tiles of twice the elements, schedule.ELTWISE_TILE_BYTES)
         op = select(lower(prog.kernel, prog.sizes), prog)[0]
         dtypes = {n: t.dtype for n, t in prog.tensors.items()}

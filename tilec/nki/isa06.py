@@ -149,7 +149,8 @@ def dma_copy(dst: Tensor, src: Tensor, priority: object = None, oob_mode: object
         raise rules.NkiTypeError(f"dma_copy with dge_mode=hwdge copies without casting: src is {src.dtype.name}, "
                                  f"dst is {dst.dtype.name}", "dma_hwdge_dtype", where,
                                  hint="use the same dtype, or the default dge_mode")
-    trigger = {_SYNC: "sync", _SCALAR: "scalar"}.get(engine) if dge_mode == _HWDGE else None  # type: ignore[call-overload]
+    named = {_SYNC: "sync", _SCALAR: "scalar"}
+    trigger = named.get(engine) if dge_mode == _HWDGE else None  # type: ignore[call-overload]
     isa.triggered_dma_copy(dst, src, oob_mode=oob_mode, trigger=trigger)
 
 

@@ -138,9 +138,9 @@ TRN2 = Params(
                                 "iteration on the in-order trigger stream; 1050 ns: row 2 -14 %) and bounded by rows "
                                 "10p, 12p (1250 ns: +13 %); between §2.5's HWDGE ~600 ns + fixed cost and the generic "
                                 "DMABW 1300 ns semaphore-to-start"),
-    hwdge_issue_ns=Param(HW2.hwdge_issue_ns, "§2.5 ARCH3/DGE: each HWDGE DMA instruction takes about 600 ns to issue on v3; "
-                                "the triggers a kernel puts on one engine (dge_mode=hwdge, engine=sync) are spaced by "
-                                "it [inferred: the sequencer issues one at a time]"),
+    hwdge_issue_ns=Param(HW2.hwdge_issue_ns, "§2.5 ARCH3/DGE: each HWDGE DMA instruction takes about 600 ns to "
+                                             "issue on v3; the triggers a kernel puts on one engine (dge_mode=hwdge, "
+                                             "engine=sync) are spaced by it [inferred: one issue at a time]"),
     dma_write_ack_ns=Param(650.0, "fitted to row 8 (1024x1024 transpose, 86 us: 1.14 us per tile = one round trip "
                                   "copy -> store -> acknowledged per 2 tiles); the other rows move by <= 4.3 % with it "
                                   "[inferred: a write to HBM completes one HBM round trip after its last byte, a load "
