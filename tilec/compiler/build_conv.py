@@ -144,7 +144,6 @@ class _ConvBuilder:
     bias_bc: Buf  # a matmul's row bias on every partition (conv_weights.bias_row)
     w_rows: Buf | None = None  # a batched matmul's stationary rows, one buffer declared once (rows_once)
     o_tiles: Buf | None = None  # a batched matmul's output rows of every out-channel tile (tiles_band)
-    o_psum: Buf | None = None  # a mat-vec's columns of every out-channel tile in one PSUM tile (conv_batched.psum_band)
     o_rows: Buf | None = None  # the output seen as [N, tiles, 128], stored as rows (conv_batched.rows_store)
     x_rows_v: Buf | None = None  # the vector seen as [N, tiles, 128], loaded as rows (conv_batched.vector_rows)
     x_rows: Buf | None = None  # a batched A B^T's rows of B, one buffer declared once (prelude)
@@ -624,7 +623,6 @@ class _ConvBuilder:
             band = [ir.Block(conv_batched.load_labels(self)[1], tuple(conv_band.x_band(self)), self.line,
                              hoist=True)] if shared else []
             self.band_shared = shared
-            self.o_psum = conv_batched.psum_band(self)
             lead = conv_batched.lead_tile(self, part, notes["k"]) if self.o_tiles is not None else None
             out = lead if lead is not None else self.over_k(V["k"], part, notes["k"], self.L["k"])
             self.kv, self.ks = V["k"], self.p.tile_k
@@ -634,8 +632,6 @@ class _ConvBuilder:
             if self.o_tiles is not None:
                 out = [Alloc(self.o_tiles, line=self.line)] + out
                 out += conv_batched.rows_store(self, self.line) if self.o_rows is not None else []
-            if self.o_psum is not None:
-                out = [Alloc(self.o_psum, zero=True, line=self.line)] + out
             return band + out
         if role == "y":
             return self.row_bands(i, notes["y"])
@@ -777,8 +773,6 @@ class _ConvBuilder:
         accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == self.dup == 1 else full(self.PK),
                           full(p.rows) if self.acc_in is None else sl(self.acc_in[1], p.rows), full(p.tile_x)))
         alloc = [Alloc(acc, zero=True, line=line)] if self.acc_in is None else []  # (half_groups allocates it)
-        if self.o_psum is not None:  # this tile's column of the batch index's PSUM tile, evicted with the others
-            accv = View(self.o_psum, (self.part(self.ks, p.tile_k), sl(self.tile_index(self.kv, self.KT), 1)))
         r, s = V["r"], V["s"]
         local = p.hoist_w == "k" and not conv_batched.w_per_image(self)
         wt = self.wt_buf(local)
@@ -832,8 +826,6 @@ class _ConvBuilder:
             return alloc + conv_spread.matmul_plain(self, accv) + self.epilogue(accv)
         if self.col0 != self.ox:  # a plain band of X's own columns (build_conv_cols)
             return alloc + build_conv_cols.taps(self, matmul) + self.epilogue(accv)
-        if self.o_psum is not None:
-            return taps(0, (V["c"], p.tile_c))
         return alloc + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
 
     def epilogue(self, acc: View) -> list[Stmt]:

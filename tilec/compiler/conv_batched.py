@@ -334,36 +334,10 @@ def fp32_turned(b: _ConvBuilder) -> bool:
     return op.w_layout != "ck" and DTYPE_BYTES[b.hbm[op.w].dtype] == 4 and not rows_by_dma(b)
 
 
-def psum_band(b: _ConvBuilder) -> Buf | None:
-    """A batched mat-vec's PSUM tile of the batch index, [128, tiles] fp32: each out-channel tile's matmuls write
-    its column and one eviction moves them all to the band rows_store turns (column_rows), instead of one
-    eviction per tile: a 1-column activation costs its ~137 ns of fixed cycles (min_ii + static, ARCH2), so 16
-    of them per head were ScalarE's pace (decode attention bf16 4 x 8 x 2048 x 128: 70 us of the scores' 77).
-    Only a plain epilogue (a scale: no bias column per tile, no residual, no fused chain), whole tiles within
-    one PSUM bank, the mat-vec's simple path (no pairs, folds, halves or stacked bands)."""
-    op = b.op
-    if not (b.o_rows is not None and b.o_tiles is not None and not op.bias and not op.residual and not op.pool
-            and not op.epilogue and b.KR == 0 and b.KT * 4 <= compiled().psum_bank_bytes and b.pair == b.dup == 1
-            and b.fold == 1 and not b.halves and not b.stack and b.p.rows == b.p.tile_x == 1
-            and b.col0 == b.ox and b.dst_chip is None):
-        return None
-    return Buf(b.fresh(f"{op.out}_acc_band"), "psum", "f32", (b.PK, b.KT))
-
-
 def rows_store(b: _ConvBuilder, line: int) -> list[Stmt]:
-    """The batch index's band (column_rows) turned on TensorE into PSUM, copied to SBUF, stored as its rows
-    (evicted first from its PSUM tile: psum_band)."""
+    """The batch index's band (column_rows) turned on TensorE into PSUM, copied to SBUF, stored as its rows."""
     ob, rows_hbm = b.o_tiles, b.o_rows
     assert ob is not None and rows_hbm is not None
-    if b.o_psum is not None:
-        from tilec.compiler.conv_epilogue import evicted_to  # late: conv_epilogue reads the builder's modules
-        band = View(ob, (full(b.PK), full(b.KT), a(0), a(0)))
-        return evicted_to(b, band, whole(b.o_psum), full(b.PK)) + rows_turned(b, ob, rows_hbm, line)
-    return rows_turned(b, ob, rows_hbm, line)
-
-
-def rows_turned(b: _ConvBuilder, ob: Buf, rows_hbm: Buf, line: int) -> list[Stmt]:
-    """The band turned on TensorE into PSUM, copied to SBUF, stored as rows."""
     ps = Buf(b.fresh(f"{b.op.out}_turned"), "psum", ob.dtype, (b.KT, b.PK))
     rows = Buf(b.fresh(f"{b.op.out}_rows"), "sbuf", ob.dtype, (b.KT, b.PK))
     return [Alloc(ps, line=line), ir.Transpose(whole(ps), View(ob, (full(b.PK), full(b.KT), a(0), a(0))), line=line),
