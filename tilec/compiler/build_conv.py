@@ -143,6 +143,9 @@ class _ConvBuilder:
     bias_col: Buf  # the bias as one column per out-channel tile (conv_weights.bias)
     bias_bc: Buf  # a matmul's row bias on every partition (conv_weights.bias_row)
     w_rows: Buf | None = None  # a batched matmul's stationary rows, one buffer declared once (rows_once)
+    # the whole stationary of a batch index declared before the nest (once_per_image, decided as if the plan's
+    # tiles_band held): where a schedule's directives make the tiles load their own, theirs take another name
+    wt_declared: bool = False
     o_tiles: Buf | None = None  # a batched matmul's output rows of every out-channel tile (tiles_band)
     o_rows: Buf | None = None  # the output seen as [N, tiles, 128], stored as rows (conv_batched.rows_store)
     x_rows_v: Buf | None = None  # the vector seen as [N, tiles, 128], loaded as rows (conv_batched.vector_rows)
@@ -493,6 +496,7 @@ class _ConvBuilder:
             stmts.append(Alloc(self.x_band_buf(), line=line))
         if conv_batched.once_per_image(self, True):  # refilled whole by one DMA per batch index: the allocator
             stmts.append(Alloc(self.wt_buf(False), line=self.L["update"]))  # renames it (perf load_versions)
+            self.wt_declared = True
         self.w_rows = conv_weights.rows_once(self)
         if self.w_rows is not None:
             stmts.append(Alloc(self.w_rows, line=self.L["update"]))
@@ -515,6 +519,8 @@ class _ConvBuilder:
                        (self.fold_parts(), self.n_groups, self.pair * k))
         # the remainder's own weights (hoisted on their own, out of loops the whole tiles' loads stay inside)
         name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
+        if local and self.wt_declared:
+            name = f"{name}_tile"
         shape = (c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
             (c, self.CTB, k, self.R, self.S)
         return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype, shape)
