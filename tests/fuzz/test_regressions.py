@@ -20,10 +20,7 @@ HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[1]
 FILES = sorted((HERE / "regressions").glob("*.tl"))
 # reproducer -> the bug still open (strict xfail: the reproducer runs, and its passing fails the test)
-OPEN: dict[str, str] = {
-    "l24_wrong-grouped-conv-after-conv-width-1.tl": "a conv -> relu6 -> grouped conv chain over a one-pixel-wide image "
-                                                    "gives wrong values (on ffd8c31 too); cause not found yet",
-}
+OPEN: dict[str, str] = {}
 TUNE = ("18_", "30_", "m13", "m14", "l41")
 
 

@@ -56,7 +56,8 @@ def spreads_plain(b: _ConvBuilder, ks: int) -> bool:
             and b.col0 == 0 and b.op.w_layout == "kc" and b.CT == 1 and not b.CR
             and b.sy == b.sx == b.dy == b.dx == 1 and b.XT == 1 and b.dup == 1 and b.op.w_relu is None
             and not b.stack and PMAX // (b.R * b.S) >= 2 and p.hoist_w == "root" and p.order[-1] == "k"
-            and flat * 4 <= PSUM_BANK and p.tile_x == b.W and flat + out < b.R * b.S * out)
+            and flat * 4 <= PSUM_BANK and p.tile_x == b.W and flat + out < b.R * b.S * out
+            and b.W >= b.S)  # (narrower, the band's columns hold no left/right taps: W = 1 summed them all, fuzz 480)
 
 
 def evicts_on_vector(b: _ConvBuilder) -> bool:
