@@ -7,12 +7,11 @@ from typing import AbstractSet, Callable
 
 from tilec.compiler.ir import Buf
 from tilec.compiler.ops import ConvOp, EltwiseOp, ReduceOp
-from tilec.compiler.schedule import PMAX, PSUM_BANK, sbuf_budget
+from tilec.compiler.schedule import PMAX, PSUM_F32, sbuf_budget
 from tilec.lang import syntax as sx
 from tilec.target import compiled
 
 P = PMAX  # query rows per tile, keys per block (partitions)
-PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
 OPS = 6
 ITEM = {"f32": 4, "bf16": 2, "f16": 2}
 AHEAD_PE, AHEAD_DMA = 3, 2  # query tiles the P V of a tile runs behind its scores (plan; PE falls back to 1)

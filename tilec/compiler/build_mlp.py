@@ -35,12 +35,11 @@ from tilec.compiler import ir, passes
 from tilec.compiler.build_util import a, loop, ones_row, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Copy, Dma, Matmul, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
-from tilec.compiler.schedule import PMAX, PSUM_BANK
+from tilec.compiler.schedule import PMAX, PSUM_F32
 from tilec.lang.functions import FUNCTIONS
 from tilec.target import compiled
 
 P = PMAX
-PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
 BLOCKS = (512, 256, 128)  # rows of X per block, widest first (op 1's moving columns: a PSUM bank at 512)
 H_TILES = 4  # PSUM tiles of op 1 (at most): TensorE runs ahead of ScalarE's evictions by up to this many tiles
 SLAB = 512  # hidden units of W1's first buffer (the first matmuls wait for it, not the whole weight)

@@ -24,14 +24,11 @@ from __future__ import annotations
 from tilec.compiler.build_util import a, hbm_view, loop, ones_row, sl, term
 from tilec.compiler.ir import Act, Aff, Alloc, Binary, Buf, Dma, Matmul, Stmt, View, full, whole
 from tilec.compiler.ops import EltwiseOp
-from tilec.compiler.schedule import PMAX, PSUM_BANK
+from tilec.compiler.schedule import PMAX, PSUM_BANKS as BANKS, PSUM_F32 as BANK
 from tilec.lang import syntax as sx
 from tilec.lang.functions import ACTIVATIONS
-from tilec.target import invariant
 
 P = PMAX
-BANK = PSUM_BANK // 4  # fp32 columns of a PSUM bank
-BANKS = invariant("psum_banks")  # PSUM banks per partition (the broadcast holds all of them at N = 4096)
 VEC_SHARE = 8  # VectorE's part of Y = X * s: 1 / VEC_SHARE of the columns (hand experiment: 1/8 best of 1/16 .. 1/4)
 HALF = ("bf16", "f16")  # beta's broadcast by a ones-matmul is exact for 16-bit rows
 Built = tuple[list[tuple[str, int]], list[Stmt]]

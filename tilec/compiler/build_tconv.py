@@ -30,12 +30,9 @@ from tilec.compiler import ir
 from tilec.compiler.build_util import a as aff, loop, sl, term
 from tilec.compiler.ir import Act, Alloc, Buf, Dma, Matmul, Reshape, Scalar, Sl, Stmt, View, full
 from tilec.compiler.ops import ConvOp, EltwiseOp
-from tilec.compiler.schedule import PMAX, PSUM_BANK
-from tilec.target import invariant
+from tilec.compiler.schedule import PMAX, PSUM_BANKS, PSUM_F32
 from tilec.lang import syntax as sx
 
-PSUM_COLS = PSUM_BANK // 4  # fp32 elements of one PSUM bank per partition
-PSUM_BANKS = invariant("psum_banks")
 # PSUM tiles allocated before the loops, one per tap (and channel tile): in a loop each allocation site rotates two
 # buffers, and a pair of images' eight sites took every bank, so a matmul waited for the bank's other tile (bf16
 # U-Net b8: 21.7 -> 20.3 us past start-up)
@@ -114,7 +111,7 @@ def permutes(copy: EltwiseOp, src: str, hbm: dict) -> bool:
 
 def fits(conv: ConvOp, hbm: dict, w_taps: tuple, hw: tuple[int, int]) -> bool:
     """The conv reads X of the permute's spatial size and Wt [C, K, R, Q] of X's dtype, rows of <= 512 pixels."""
-    return (conv.dim("H"), conv.dim("W")) == hw and hw[1] <= PSUM_COLS and \
+    return (conv.dim("H"), conv.dim("W")) == hw and hw[1] <= PSUM_F32 and \
         hbm[conv.x].dtype == hbm[conv.w].dtype and hbm[conv.w].shape[1:] == w_taps
 
 
@@ -157,7 +154,7 @@ def _shape(f: Found, hbm: dict) -> _Shape:
     halo = (max(0, -min(ds)), max(0, max(ds)), max(0, -min(es)), max(0, max(es)))
     hb = hg if any(halo) else max(d for d in range(1, hg + 1) if hg % d == 0 and (d == 1 or (
         d * A * W * B * size <= TILE_BYTES and G * d * W * xsize <= TILE_BYTES)))  # a halo: one band an image
-    rc = max(d for d in range(1, hb + 1) if hb % d == 0 and d * W <= PSUM_COLS)
+    rc = max(d for d in range(1, hb + 1) if hb % d == 0 and d * W <= PSUM_F32)
     hoist = A * B * (len(_tiles(K)) if G == 1 else 1) <= HOISTED_TILES
     R, Q = f.kernel if f.kernel != (0, 0) else f.taps
     return _Shape(c.dim("N"), c.dim("C"), K, A, B, H, W, G, hb, rc, hoist, R, Q, halo)

@@ -52,6 +52,8 @@ from tilec.target import Target, invariant
 
 # Limits every NeuronCore generation shares (tilec/target.py): plans use them as constants.
 PMAX, MOVING_FMAX, PSUM_BANK = invariant("pmax"), invariant("moving_fmax"), invariant("psum_bank_bytes")
+PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
+PSUM_BANKS = invariant("psum_banks")  # PSUM banks per partition
 # The compiler plans SBUF within the target's usable bytes less this margin: headroom for the NKI allocator's
 # alignment and buffer rotation, which tilec's byte count does not see (on trn2: 224 - 32 = 192 KiB, the budget
 # every generated kernel has been verified and measured with).
@@ -245,7 +247,7 @@ def eltwise_plan(size: int, layout: dict[str, int], rows: int, per_outer: bool =
     moves as many bytes as a tile's load and store do (the outer product `a[i] * b[j]`, 2048 x 2048 f32 on the trn2
     model: 118.8 us with 512-wide tiles, 83.4 with 1024, 68.4 with 2048; each store's latency and write
     acknowledgement come once a tile)."""
-    most = ELTWISE_TILE_BYTES // max(itemsize, 2) if itemsize < 4 else ELTWISE_FREE
+    most = ELTWISE_TILE_BYTES // max(itemsize, 2)  # (fp32: ELTWISE_FREE)
     most *= 2 if stored_only else 1
     if layout:
         parts = tile_size(layout["P"], PMAX)
